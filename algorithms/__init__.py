@@ -1,0 +1,18 @@
+"""collsched's schedule IR, collective specifications and algorithm library.
+
+Importing the package registers every algorithm; ``registry.algorithms()``
+lists them. This package never imports torch.
+"""
+
+from algorithms import allgather, allreduce, barrier, broadcast, reducescatter  # noqa: F401  (registration)
+from algorithms.builder import ScheduleBuilder
+from algorithms.errors import CollschedError, RegistryError, ScheduleError
+from algorithms.fileformat import load, loads, save
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
+from algorithms.registry import Algorithm, Cost, Parameter, algorithms, build, get, register
+
+__all__ = [
+    "Algorithm", "Buf", "Collective", "CollschedError", "Cost", "Kind", "Op", "Parameter",
+    "RegistryError", "Schedule", "ScheduleBuilder", "ScheduleError", "Step", "Transfer",
+    "algorithms", "build", "get", "load", "loads", "register", "save",
+]

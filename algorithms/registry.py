@@ -1,0 +1,173 @@
+"""The algorithm registry: which builders exist, what they serve, what they cost.
+
+Each entry names its collective kind and algorithm, the constraints it places
+on the world size, its parameters (``chunks`` always, others such as a group
+size), and its closed-form α-β-γ cost. Builders take ``(ranks, *, chunks,
+root, **params)`` and return a validated ``Schedule``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from algorithms.errors import RegistryError
+from algorithms.ir import ROOTED_KINDS, Kind, Schedule
+
+__all__ = ["Algorithm", "Cost", "Parameter", "register", "get", "algorithms", "build", "kinds"]
+
+Builder = Callable[..., Schedule]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Closed-form α-β-γ cost: time = steps·α + bytes·β + reduced·γ on the critical path.
+
+    Each function takes ``(p, n, params)``: world size, message size in bytes
+    (nccl-tests convention, DESIGN.md) and the algorithm's parameters
+    (``chunks`` and any others). ``sent_per_rank`` is the largest number of
+    bytes any one rank sends, for checking a schedule exactly.
+    """
+
+    formula: str
+    steps: Callable[[int, float, Mapping[str, int]], float]
+    bytes: Callable[[int, float, Mapping[str, int]], float]
+    reduced: Callable[[int, float, Mapping[str, int]], float]
+    sent_per_rank: Callable[[int, float, Mapping[str, int]], float] | None = None
+
+    def time(self, p: int, n: float, params: Mapping[str, int], *, alpha: float, beta: float,
+             gamma: float = 0.0) -> float:
+        """Predicted seconds for p ranks and n bytes with latency α, inverse bandwidth β, reduction γ."""
+        return (self.steps(p, n, params) * alpha + self.bytes(p, n, params) * beta
+                + self.reduced(p, n, params) * gamma)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """An integer parameter of an algorithm."""
+
+    name: str
+    default: int
+    help: str
+    minimum: int = 1
+
+
+CHUNKS = Parameter("chunks", 1, "split each logical piece into this many chunks (pipelining)")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One registered (kind, algorithm) pair."""
+
+    kind: Kind
+    name: str
+    builder: Builder = field(repr=False)
+    source: str
+    constraints: tuple[str, ...] = ()
+    parameters: tuple[Parameter, ...] = (CHUNKS,)
+    cost: Cost | None = None
+    check: Callable[[int, Mapping[str, int]], str | None] | None = field(default=None, repr=False)
+
+    def unsupported(self, ranks: int, params: Mapping[str, int] | None = None) -> str | None:
+        """Why this algorithm cannot serve ``ranks`` with ``params``, or None when it can."""
+        if self.check is None:
+            return None
+        return self.check(ranks, self.resolve(params or {}))
+
+    def resolve(self, params: Mapping[str, int]) -> dict[str, int]:
+        """Parameters with defaults filled in, each checked; unknown names are an error."""
+        known = {p.name: p for p in self.parameters}
+        for name in params:
+            if name not in known:
+                raise RegistryError(
+                    f"{self.kind}/{self.name}: unknown parameter {name!r} "
+                    f"(known: {', '.join(known) or 'none'})"
+                )
+        out: dict[str, int] = {}
+        for p in self.parameters:
+            value = params.get(p.name, p.default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < p.minimum:
+                raise RegistryError(f"{self.kind}/{self.name}: {p.name} must be an integer >= {p.minimum}, got {value!r}")
+            out[p.name] = value
+        return out
+
+    def build(self, ranks: int, *, root: int | None = None, **params: int) -> Schedule:
+        """Build the schedule for ``ranks`` ranks; rooted kinds default to root 0."""
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+            raise RegistryError(f"ranks must be an integer >= 1, got {ranks!r}")
+        resolved = self.resolve(params)
+        reason = self.check(ranks, resolved) if self.check is not None else None
+        if reason is not None:
+            raise RegistryError(f"{self.kind}/{self.name} cannot serve {ranks} ranks: {reason}")
+        if self.kind in ROOTED_KINDS:
+            root = 0 if root is None else root
+            if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < ranks:
+                raise RegistryError(f"root {root!r} out of range for {ranks} ranks")
+            return self.builder(ranks, root=root, **resolved)
+        if root is not None:
+            raise RegistryError(f"{self.kind} has no root, got root={root}")
+        return self.builder(ranks, **resolved)
+
+
+_REGISTRY: dict[tuple[Kind, str], Algorithm] = {}
+
+
+def register(
+    kind: Kind,
+    name: str,
+    *,
+    source: str,
+    constraints: tuple[str, ...] = (),
+    parameters: tuple[Parameter, ...] = (CHUNKS,),
+    cost: Cost | None = None,
+    check: Callable[[int, Mapping[str, int]], str | None] | None = None,
+) -> Callable[[Builder], Builder]:
+    """Decorator: register a builder as ``kind``/``name``."""
+
+    def wrap(builder: Builder) -> Builder:
+        key = (Kind(kind), name)
+        if key in _REGISTRY:
+            raise RegistryError(f"{kind}/{name} is registered twice")
+        _REGISTRY[key] = Algorithm(Kind(kind), name, builder, source, constraints, parameters, cost, check)
+        return builder
+
+    return wrap
+
+
+def _kind(kind: Kind | str) -> Kind:
+    try:
+        return Kind(kind)
+    except ValueError:
+        raise RegistryError(f"unknown collective {kind!r} (one of {', '.join(k.value for k in Kind)})") from None
+
+
+def get(kind: Kind | str, name: str) -> Algorithm:
+    """The registered algorithm, or a RegistryError listing the ones that exist for that kind."""
+    k = _kind(kind)
+    try:
+        return _REGISTRY[(k, name)]
+    except KeyError:
+        names = sorted(n for (kk, n) in _REGISTRY if kk is k)
+        raise RegistryError(
+            f"unknown algorithm {name!r} for {k} (known: {', '.join(names) or 'none'})"
+        ) from None
+
+
+def algorithms(kind: Kind | str | None = None) -> Iterator[Algorithm]:
+    """Every registered algorithm, optionally of one kind, sorted by kind order then name."""
+    order = {k: i for i, k in enumerate(Kind)}
+    k = None if kind is None else _kind(kind)
+    for key in sorted(_REGISTRY, key=lambda kn: (order[kn[0]], kn[1])):
+        if k is None or key[0] is k:
+            yield _REGISTRY[key]
+
+
+def kinds() -> list[Kind]:
+    """The kinds that have at least one algorithm."""
+    return sorted({k for k, _ in _REGISTRY}, key=list(Kind).index)
+
+
+def build(kind: Kind | str, name: str, ranks: int, *, root: int | None = None, **params: Any) -> Schedule:
+    """Look up and build in one call: ``build("allreduce", "ring", 8, chunks=2)``."""
+    return get(kind, name).build(ranks, root=root, **params)

@@ -1,0 +1,1 @@
+"""collsched on real hardware: the torch.distributed runner, backend, benchmark and CLI."""

@@ -1,0 +1,1 @@
+"""collsched's semantics and timing: verifier, dataflow, strategies, topologies, simulator."""
