@@ -1,0 +1,187 @@
+"""The dataflow dependency graph of a schedule, and execution in any order it allows.
+
+From the steps we derive, for every transfer T (numbered in program order):
+
+- ``deps[T]``: transfers that must *complete* before T *starts*: the last
+  writers of every slot T reads (read-after-write), and the last writers and
+  the readers since then of every slot T writes (write-after-write,
+  write-after-read), all from earlier steps;
+- ``write_after[T]``: transfers of T's own step that read a slot T writes;
+  they must have *started* (read their source) before T's write lands.
+
+Execution model (the simulator's and the runner's): a transfer reads its
+source when it starts and writes its destination when it ends (a reduce
+combines with the destination's content at that moment). Any execution that
+respects both relations ends in the lockstep state: ``execute_in_order``
+runs one such execution with a caller-chosen interleaving, and
+``differences`` compares it with lockstep.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+from algorithms.ir import Kind, Op, Schedule, Transfer
+from sim.semantics import Content, SlotLayout, initial_state, overlaps, union
+
+__all__ = ["DataflowGraph", "dataflow_graph", "execute_in_order", "differences"]
+
+
+@dataclass(frozen=True)
+class DataflowGraph:
+    """Dependencies between the transfers of a schedule, numbered in program order."""
+
+    steps: tuple[int, ...]
+    """Step of each transfer."""
+    transfers: tuple[Transfer, ...]
+    deps: tuple[tuple[int, ...], ...]
+    write_after: tuple[tuple[int, ...], ...]
+
+    def __len__(self) -> int:
+        return len(self.transfers)
+
+    def to_networkx(self) -> nx.DiGraph:
+        """A DiGraph with an edge D -> T for each completion dependency (attribute ``kind="deps"``)
+        and R -> T for each same-step read-before-write (``kind="write_after"``)."""
+        g = nx.DiGraph()
+        for t, tr in enumerate(self.transfers):
+            g.add_node(t, step=self.steps[t], transfer=tr)
+        for t, ds in enumerate(self.deps):
+            g.add_edges_from(((d, t) for d in ds), kind="deps")
+        for t, rs in enumerate(self.write_after):
+            g.add_edges_from(((r, t) for r in rs), kind="write_after")
+        return g
+
+
+def dataflow_graph(schedule: Schedule) -> DataflowGraph:
+    """Derive every transfer's dependencies from the step order (see the module docstring)."""
+    layout = SlotLayout(schedule)
+    bases = layout.bases
+    last_writers: dict[int, tuple[int, ...]] = {}
+    readers: dict[int, list[int]] = {}
+    steps: list[int] = []
+    transfers: list[Transfer] = []
+    deps: list[tuple[int, ...]] = []
+    write_after: list[tuple[int, ...]] = []
+    tid = 0
+    empty: tuple[int, ...] = ()
+    for si, step in enumerate(schedule.steps):
+        step_reads: dict[int, list[int]] = {}
+        step_writes: dict[int, list[int]] = {}
+        for t in step.transfers:
+            src = bases[t.src_buf][t.src] + t.src_index
+            dst = bases[t.dst_buf][t.dst] + t.dst_index
+            d: set[int] = set()
+            for k in range(t.count):
+                d.update(last_writers.get(src + k, empty))
+                d.update(last_writers.get(dst + k, empty))
+                d.update(readers.get(dst + k, empty))
+                step_reads.setdefault(src + k, []).append(tid)
+                step_writes.setdefault(dst + k, []).append(tid)
+            steps.append(si)
+            transfers.append(t)
+            deps.append(tuple(sorted(d)))
+            write_after.append(empty)
+            tid += 1
+        for slot, ws in step_writes.items():
+            rs = step_reads.get(slot)
+            if rs:
+                for w in ws:
+                    before = set(write_after[w])
+                    before.update(r for r in rs if r != w)
+                    write_after[w] = tuple(sorted(before))
+        for slot, rs in step_reads.items():
+            readers.setdefault(slot, []).extend(rs)
+        for slot, ws in step_writes.items():
+            last_writers[slot] = tuple(ws)
+            readers.pop(slot, None)
+    return DataflowGraph(tuple(steps), tuple(transfers), tuple(deps), tuple(write_after))
+
+
+Chooser = Callable[[Sequence[int]], int]
+"""Picks the position, in a list of enabled events, of the one to run next."""
+
+
+def execute_in_order(
+    schedule: Schedule, graph: DataflowGraph | None = None, choose: Chooser | None = None
+) -> list[Content | None]:
+    """Run the schedule event by event, in an interleaving chosen by ``choose``; the final state.
+
+    Events are ``start(T)`` (snapshot T's source) and ``end(T)`` (write it);
+    ``choose`` picks among the enabled ones (default: uniformly at random,
+    seeded 0). Violations such as races are not reported here: ``verify`` does.
+    """
+    g = graph if graph is not None else dataflow_graph(schedule)
+    layout = SlotLayout(schedule)
+    bases = layout.bases
+    state = initial_state(layout)
+    pick = choose if choose is not None else _seeded_chooser(0)
+    idempotent = schedule.collective.kind is Kind.BARRIER
+    n = len(g)
+    waiting = [len(d) for d in g.deps]
+    unstarted_readers = [len(w) for w in g.write_after]
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    write_waiters: list[list[int]] = [[] for _ in range(n)]
+    for t in range(n):
+        for d in g.deps[t]:
+            dependents[d].append(t)
+        for r in g.write_after[t]:
+            write_waiters[r].append(t)
+    # An enabled event: +t+1 = start T, -(t+1) = end T.
+    enabled = [t + 1 for t in range(n) if waiting[t] == 0]
+    started = [False] * n
+    snapshot: list[list[Content | None]] = [[] for _ in range(n)]
+    while enabled:
+        i = pick(enabled)
+        ev = enabled[i]
+        enabled[i] = enabled[-1]
+        enabled.pop()
+        t = abs(ev) - 1
+        tr = g.transfers[t]
+        if ev > 0:
+            src = bases[tr.src_buf][tr.src] + tr.src_index
+            snapshot[t] = state[src:src + tr.count]
+            started[t] = True
+            if unstarted_readers[t] == 0:
+                enabled.append(-(t + 1))
+            for w in write_waiters[t]:
+                unstarted_readers[w] -= 1
+                if unstarted_readers[w] == 0 and started[w]:
+                    enabled.append(-(w + 1))
+            continue
+        dst = bases[tr.dst_buf][tr.dst] + tr.dst_index
+        for k, v in enumerate(snapshot[t]):
+            if v is None:
+                continue
+            cur = state[dst + k]
+            if tr.op is Op.COPY and not idempotent:
+                state[dst + k] = v
+            elif cur is None:
+                if idempotent:
+                    state[dst + k] = v
+            elif idempotent or not overlaps(cur, v):
+                state[dst + k] = union(cur, v)
+        snapshot[t] = []
+        for u in dependents[t]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                enabled.append(u + 1)
+    return state
+
+
+def _seeded_chooser(seed: int) -> Chooser:
+    rng = random.Random(seed)
+    return lambda items: rng.randrange(len(items))
+
+
+def differences(schedule: Schedule, choose: Chooser | None = None) -> list[int]:
+    """Slots whose final content under a dataflow interleaving differs from lockstep (empty: agree)."""
+    from sim.verify import execute
+
+    lockstep, _bad, _layout = execute(schedule)
+    flow = execute_in_order(schedule, choose=choose)
+    return [s for s, (a, b) in enumerate(zip(lockstep, flow, strict=True)) if a != b]
