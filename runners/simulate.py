@@ -26,7 +26,7 @@ from algorithms import registry
 from algorithms.ir import Kind, Schedule
 from runners.cli import UsageError, add_schedule_args, schedule_from_args
 
-__all__ = ["add_parser", "parse_size", "parse_sizes", "parse_bandwidth", "parse_duration"]
+__all__ = ["add_parser", "parse_bandwidth", "parse_duration", "parse_size", "parse_sizes"]
 
 # Same text as sim.topology.SPEC_FORMS, repeated so that building the parser imports no networkx.
 _SPEC_FORMS = "ring:P, uring:P, full:P, switch:P, torus:RxC, fattree:K, cluster:NxG, dgx-h100:N, or a topology file"

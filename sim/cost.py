@@ -11,6 +11,7 @@ equal latency α and bandwidth 1/β) the simulator must agree to rounding.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from algorithms.errors import RegistryError
 from algorithms.ir import Kind
 from sim.topology import Topology
 
-__all__ = ["Prediction", "predict", "predict_all", "relative_error", "compare", "route_alpha_beta"]
+__all__ = ["Prediction", "compare", "predict", "predict_all", "relative_error", "route_alpha_beta"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,6 @@ def route_alpha_beta(topology: Topology, src: int = 0, dst: int = 1) -> tuple[fl
     if topology.ranks < 2:
         return 0.0, 0.0
     path = topology.route(src, dst)
-    alpha = sum(topology.latency(u, v) for u, v in zip(path, path[1:], strict=False))
-    bw = min(topology.bandwidth(u, v) for u, v in zip(path, path[1:], strict=False))
+    alpha = sum(topology.latency(u, v) for u, v in itertools.pairwise(path))
+    bw = min(topology.bandwidth(u, v) for u, v in itertools.pairwise(path))
     return alpha, 1.0 / bw

@@ -41,7 +41,7 @@ from sim.semantics import SlotLayout, initial_state, overlaps, union
 from sim.topology import Link, Node, Topology, TopologyError
 from sim.verify import DOUBLE_COUNT, UNINITIALISED_READ, Violation, check_final
 
-__all__ = ["SimulationError", "Faults", "SimResult", "simulate", "chunk_bytes", "busbw_factor", "MODES"]
+__all__ = ["MODES", "Faults", "SimResult", "SimulationError", "busbw_factor", "chunk_bytes", "simulate"]
 
 Mode = Literal["lockstep", "dataflow"]
 MODES: tuple[str, ...] = ("dataflow", "lockstep")
@@ -288,12 +288,12 @@ class _Run:
             self.unstarted_readers = [len(w) for w in g.write_after]
             self.dependents: list[list[int]] = [[] for _ in range(n)]
             self.write_waiters: list[list[int]] = [[] for _ in range(n)]
-            for t, ds in enumerate(g.deps):
+            for j, ds in enumerate(g.deps):
                 for d in ds:
-                    self.dependents[d].append(t)
-            for t, rs in enumerate(g.write_after):
+                    self.dependents[d].append(j)
+            for j, rs in enumerate(g.write_after):
                 for r in rs:
-                    self.write_waiters[r].append(t)
+                    self.write_waiters[r].append(j)
             self.arrived = [False] * n
 
     # -- driver --------------------------------------------------------------------------

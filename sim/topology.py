@@ -20,6 +20,7 @@ switch). ``dgx_h100`` is that cluster with DGX H100 figures.
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import math
 import os
@@ -34,31 +35,31 @@ import networkx as nx
 from algorithms.errors import CollschedError
 
 __all__ = [
-    "TopologyError",
-    "Topology",
-    "Node",
-    "Link",
     "DEFAULT_BANDWIDTH",
     "DEFAULT_LATENCY",
-    "NVLINK_BANDWIDTH",
-    "NVLINK_LATENCY",
+    "FORMAT",
     "NIC_BANDWIDTH",
     "NIC_LATENCY",
-    "FORMAT",
-    "ring",
-    "unidirectional_ring",
-    "fully_connected",
-    "single_switch",
-    "torus",
-    "fat_tree",
+    "NVLINK_BANDWIDTH",
+    "NVLINK_LATENCY",
+    "SPEC_FORMS",
+    "Link",
+    "Node",
+    "Topology",
+    "TopologyError",
     "cluster",
     "dgx_h100",
-    "from_spec",
-    "load",
-    "save",
-    "loads",
     "dumps",
-    "SPEC_FORMS",
+    "fat_tree",
+    "from_spec",
+    "fully_connected",
+    "load",
+    "loads",
+    "ring",
+    "save",
+    "single_switch",
+    "torus",
+    "unidirectional_ring",
 ]
 
 Node = int | str
@@ -237,7 +238,7 @@ class Topology:
         where = f"route {src} -> {dst}"
         if len(path) < 2 or path[0] != src or path[-1] != dst:
             raise TopologyError(f"{where}: path {list(path)} must start at {src} and end at {dst}")
-        for u, v in zip(path, path[1:], strict=False):
+        for u, v in itertools.pairwise(path):
             if not self.graph.has_edge(u, v):
                 raise TopologyError(f"{where}: {_link_name(u, v)} does not exist")
 
@@ -265,7 +266,7 @@ class Topology:
             raise TopologyError(f"cannot take down {_link_name(u, v)}: no such link")
         g.remove_edges_from(gone)
         routes = {k: path for k, path in self.routes.items()
-                  if not any(e in gone for e in zip(path, path[1:], strict=False))}
+                  if not any(e in gone for e in itertools.pairwise(path))}
         try:
             return Topology(g, f"{self.name} ({_name(u)}-{_name(v)} down)", routes)
         except TopologyError as e:
@@ -655,7 +656,7 @@ def _load_graphml(path: str | os.PathLike[str]) -> Topology:
         else:
             raise TopologyError(f"{path}: node {n!r} has unknown kind {kind!r} (rank or switch)")
     g = nx.DiGraph()
-    g.add_nodes_from(sorted((v for v in rename.values() if isinstance(v, int))))
+    g.add_nodes_from(sorted(v for v in rename.values() if isinstance(v, int)))
     g.add_nodes_from(v for v in rename.values() if isinstance(v, str))
     for u, v, attrs in raw.edges(data=True):
         g.add_edge(rename[u], rename[v], **{k: attrs[k] for k in ("bandwidth", "latency") if k in attrs})

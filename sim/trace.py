@@ -19,7 +19,7 @@ from typing import Any
 
 from sim.engine import SimResult
 
-__all__ = ["chrome_trace", "write_trace", "plot_timeline", "plot_sweep"]
+__all__ = ["chrome_trace", "plot_sweep", "plot_timeline", "write_trace"]
 
 _US = 1e6  # trace timestamps are microseconds
 
@@ -163,7 +163,7 @@ def plot_timeline(result: SimResult, path: str | os.PathLike[str], *, max_ranks:
     ax.set_xlabel("time (us)")
     more = f", first {shown} of {sched.ranks} ranks" if shown < sched.ranks else ""
     ax.set_title(f"{sched.name} {sched.collective.describe()} on {result.topology.name}, "
-                 f"{result.mode}: {result.time * _US:.4g} us{more}", fontsize=9)
+                 f"{result.mode}: {result.time * 1e3:.4g} ms{more}", fontsize=9)
     ax.legend(handles=[Patch(color=colours["copy"], label="copy"), Patch(color=colours["reduce"], label="reduce"),
                        Patch(color=colours["wire"], alpha=0.35, label="on the wire")],
               loc="upper right", fontsize=7)
