@@ -66,8 +66,8 @@ def parse_duration(text: str, what: str = "--latency") -> float:
 
 
 def parse_sizes(text: str) -> list[float]:
-    """``A:B`` (doubling from A to B), ``A:B:F`` (multiplying by F) or a comma list ``A,B,C``."""
-    if "," in text:
+    """``A:B`` (doubling from A to B), ``A:B:F`` (multiplying by F), a comma list ``A,B,C`` or one size."""
+    if "," in text or ":" not in text:
         sizes = [parse_size(s, "--sizes") for s in text.split(",") if s.strip()]
     else:
         parts = text.split(":")
@@ -90,7 +90,7 @@ def parse_sizes(text: str) -> list[float]:
             sizes.append(s)
             s *= factor
     if not sizes:
-        raise UsageError(f"--sizes: no sizes in {text!r}")
+        raise UsageError(f"--sizes: expected A:B, A:B:F or A,B,C, got {text!r}")
     if len(sizes) > 200:
         raise UsageError(f"--sizes: {len(sizes)} sizes is too many (at most 200)")
     return sizes
