@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 import sys
+from array import array
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -221,20 +223,27 @@ class _Run:
 
         flat = [t for s in schedule.steps for t in s.transfers]
         self.transfers = flat
-        self.where = [(si, ti) for si, s in enumerate(schedule.steps) for ti in range(len(s.transfers))]
+        # First transfer number of every step, to name a transfer (step, index) on demand.
+        self.step_first: list[int] = []
+        i = 0
+        for s in schedule.steps:
+            self.step_first.append(i)
+            i += len(s.transfers)
+        self.step_first.append(i)
         n = len(flat)
         self.n = n
         bases = self.layout.bases
-        self.src_slot = [bases[t.src_buf][t.src] + t.src_index for t in flat]
-        self.dst_slot = [bases[t.dst_buf][t.dst] + t.dst_index for t in flat]
+        # Flat per-transfer arrays: array('d'/'q') keeps p = 1024 (2 M transfers) within memory.
+        self.src_slot = array("q", [bases[t.src_buf][t.src] + t.src_index for t in flat])
+        self.dst_slot = array("q", [bases[t.dst_buf][t.dst] + t.dst_index for t in flat])
         self.snap: list[Any] = [None] * n
 
         # Timing of every transfer: pre-delay, links, post-delay (latency + reduction), bytes.
         gamma = 0.0 if reduce_bandwidth is None else 1.0 / reduce_bandwidth
         slow = {r: float(d) for r, d in stragglers.items() if d}
-        self.pre = [0.0] * n
-        self.post = [0.0] * n
-        self.nbytes = [0.0] * n
+        self.pre = array("d", bytes(8 * n))
+        self.post = array("d", bytes(8 * n))
+        self.nbytes = array("d", bytes(8 * n))
         self.flinks: list[tuple[int, ...]] = [()] * n
         route = topology.route_links
         reduce_op = Op.REDUCE
@@ -261,10 +270,11 @@ class _Run:
         self.remaining = [0.0] * n
         self.last = [0.0] * n
         self.version = [0] * n
-        self.t_start = [math.nan] * n
-        self.t_send_start = [math.nan] * n
-        self.t_send_end = [math.nan] * n
-        self.t_end = [math.nan] * n
+        unset = array("d", [math.nan]) * n
+        self.t_start = array("d", unset)
+        self.t_send_start = array("d", unset)
+        self.t_send_end = array("d", unset)
+        self.t_end = unset
         self.finished = 0
         self.events = 0
         self.to_start: list[int] = []
@@ -272,12 +282,6 @@ class _Run:
         self._bar: Any = None
 
         if mode == "lockstep":
-            self.step_first: list[int] = []
-            i = 0
-            for s in schedule.steps:
-                self.step_first.append(i)
-                i += len(s.transfers)
-            self.step_first.append(i)
             self.step = -1
             self.outstanding = 0
         else:
@@ -286,15 +290,13 @@ class _Run:
             g = dataflow_graph(schedule)
             self.waiting = [len(d) for d in g.deps]
             self.unstarted_readers = [len(w) for w in g.write_after]
-            self.dependents: list[list[int]] = [[] for _ in range(n)]
-            self.write_waiters: list[list[int]] = [[] for _ in range(n)]
-            for j, ds in enumerate(g.deps):
-                for d in ds:
-                    self.dependents[d].append(j)
-            for j, rs in enumerate(g.write_after):
-                for r in rs:
-                    self.write_waiters[r].append(j)
+            self.dependents = _invert(g.deps, n)
+            self.write_waiters = _invert(g.write_after, n)
             self.arrived = [False] * n
+
+    def _where(self, t: int) -> tuple[int, int]:
+        si = bisect_right(self.step_first, t) - 1
+        return si, t - self.step_first[si]
 
     # -- driver --------------------------------------------------------------------------
 
@@ -346,7 +348,7 @@ class _Run:
         self.snap[t] = snap
         if None in snap:
             k = snap.index(None)
-            si, ti = self.where[t]
+            si, ti = self._where(t)
             self.violations.append(Violation(
                 UNINITIALISED_READ, f"step {si} transfer {ti} ({tr!r}): reads rank {tr.src} {tr.src_buf}"
                 f"[{tr.src_index + k}], which holds nothing", si, ti, tr.src, tr.src_buf.value, tr.src_index + k))
@@ -489,7 +491,7 @@ class _Run:
 
     def _bad(self, t: int, k: int, kind: str, why: str) -> None:
         tr = self.transfers[t]
-        si, ti = self.where[t]
+        si, ti = self._where(t)
         self.violations.append(Violation(
             kind, f"step {si} transfer {ti} ({tr!r}): reduces into rank {tr.dst} {tr.dst_buf}[{tr.dst_index + k}], "
             f"{why}", si, ti, tr.dst, tr.dst_buf.value, tr.dst_index + k))
@@ -500,7 +502,7 @@ class _Run:
         bad = list(self.violations)
         if self.finished != self.n:
             stuck = next(t for t in range(self.n) if math.isnan(self.t_end[t]))
-            si, ti = self.where[stuck]
+            si, ti = self._where(stuck)
             bad.append(Violation("deadlock", f"{self.n - self.finished} transfer(s) never finished, "
                                  f"first step {si} transfer {ti}", si, ti))
         bad.extend(check_final(self.schedule, self.state, self.layout))
@@ -508,8 +510,8 @@ class _Run:
         busy = {links[i]: b for i, b in enumerate(self.busy) if b > 0}
         ends = [e for e in self.t_end if not math.isnan(e)]
 
-        def arr(xs: Sequence[float]) -> np.ndarray:
-            a = np.asarray(xs, dtype=np.float64)
+        def arr(xs: array[float]) -> np.ndarray:
+            a = np.frombuffer(xs, dtype=np.float64).copy()
             a.flags.writeable = False
             return a
 
@@ -518,6 +520,22 @@ class _Run:
             chunk_bytes=self.chunk, time=max(ends, default=0.0),
             start=arr(self.t_start), send_start=arr(self.t_send_start), send_end=arr(self.t_send_end),
             end=arr(self.t_end), link_busy=busy, events=self.events, violations=tuple(bad))
+
+
+_NONE: tuple[int, ...] = ()
+
+
+def _invert(relation: Sequence[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
+    """For each transfer, the transfers whose relation lists it (shared empty tuple when none)."""
+    lists: list[Any] = [_NONE] * n
+    for j, items in enumerate(relation):
+        for d in items:
+            cur = lists[d]
+            if cur is _NONE:
+                lists[d] = [j]
+            else:
+                cur.append(j)
+    return lists
 
 
 def link_name(link: tuple[Node, Node]) -> str:
