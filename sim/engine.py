@@ -27,6 +27,7 @@ reducescatter, scatter and alltoall, and one token of a barrier.
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 from array import array
@@ -192,8 +193,17 @@ def simulate(
             f"topology {topology.name} has {topology.ranks} ranks but the schedule needs {schedule.ranks}")
     faults = faults or Faults()
     topology = faults.apply(topology)
-    run = _Run(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth, faults.stragglers, progress)
-    return run.go()
+    # The run allocates millions of small objects and frees none of them in cycles; the cyclic
+    # collector's full passes over that heap would make the run superlinear in transfers.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        run = _Run(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth, faults.stragglers,
+                   progress)
+        return run.go()
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class _Run:
