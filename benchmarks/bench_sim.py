@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from algorithms import registry  # noqa: E402
-from sim import topology as T  # noqa: E402
-from sim.engine import simulate  # noqa: E402
+from algorithms import registry
+from sim import topology as T
+from sim.engine import simulate
 
 SIZE = 256 * 2**20
 BANDWIDTH = 50e9

@@ -131,6 +131,11 @@ class SimResult:
     events: int
     violations: tuple[Violation, ...] = ()
 
+    def __repr__(self) -> str:
+        return (f"SimResult({self.schedule.name} {self.schedule.collective.describe()} on {self.topology.name}, "
+                f"{self.mode}, size={self.size:g}, time={self.time:.9g}, transfers={self.transfers}, "
+                f"events={self.events}, ok={self.ok})")
+
     @property
     def ok(self) -> bool:
         """True when every transfer ran and the final state meets the postcondition."""

@@ -226,7 +226,7 @@ def test_link_down_reroutes() -> None:
 
 def test_link_down_that_isolates_a_rank_is_a_topology_error() -> None:
     s = registry.build("allreduce", "ring", 4)
-    with pytest.raises(TopologyError, match="rank .* is unreachable"):
+    with pytest.raises(TopologyError, match=r"rank \d is unreachable"):
         simulate(s, T.unidirectional_ring(4), 1024.0, faults=Faults(down=((2, 3),)))
     with pytest.raises(TopologyError, match="rank 3 is unreachable"):
         simulate(s, T.single_switch(4), 1024.0, faults=Faults(down=((3, "switch"),)))

@@ -214,7 +214,7 @@ def test_link_down_drops_explicit_routes_through_it() -> None:
 
 
 def test_link_down_that_cuts_a_rank_off_is_an_error() -> None:
-    with pytest.raises(TopologyError, match="with link 1 -> 2 down: rank 1 is unreachable: no path from rank 1 to rank 0"):
+    with pytest.raises(TopologyError, match="with link 1 -> 2 down: rank 1 is unreachable: no path from rank 1 to"):
         T.unidirectional_ring(4).with_link_down(1, 2)
     with pytest.raises(TopologyError, match="no such link"):
         T.ring(4).with_link_down(0, 2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from algorithms import registry
@@ -35,5 +37,5 @@ def test_overlapping_transfers_of_a_rank_get_lanes_that_never_overlap() -> None:
     assert len(by_tid) > 4  # four chunks in flight per rank: extra lanes
     for spans in by_tid.values():
         spans.sort()
-        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
     assert doc["otherData"]["ok"] is True
