@@ -73,6 +73,21 @@ def test_ring_allreduce_with_reduction_cost(p: int) -> None:
     assert close(r.time, predict("allreduce", "ring", p, n, alpha=alpha, beta=1 / bw, gamma=1 / gamma_bw).time)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("k", [1, 2, 3, 7])
+def test_reductions_at_one_rank_share_its_reduction_throughput(k: int, mode: str) -> None:
+    # k ranks reduce into root 0 at once over separate links (full mesh): the bytes arrive
+    # after n/B, then root 0 combines k·n bytes at R bytes/s.
+    b = ScheduleBuilder(Collective(Kind.REDUCE, k + 1, 1, 0), "reduce-star")
+    with b.step():
+        for s in range(1, k + 1):
+            b.reduce(s, 0, 0)
+    bw, red, n = 10e9, 4e9, 2**20
+    r = simulate(b.build(), T.fully_connected(k + 1, bandwidth=bw, latency=0.0), n, mode=mode, reduce_bandwidth=red)
+    assert r.ok and close(r.time, n / bw + k * n / red)
+    assert r.link_busy == {(s, 0): pytest.approx(n / bw, rel=REL) for s in range(1, k + 1)}
+
+
 @pytest.mark.parametrize("p", [2, 4, 7, 16])
 def test_ring_allreduce_busbw_equals_link_bandwidth_without_latency(p: int) -> None:
     bw = 40e9
