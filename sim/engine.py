@@ -12,12 +12,14 @@ Model (DESIGN.md, Simulation). A transfer of b bytes from rank a to rank b':
    flows on it (fair sharing), and every rate on a link is recomputed when a
    flow starts or ends there; the link is busy while it carries a flow;
 4. waits the route's latency (propagation of the last byte), then, for a
-   ``reduce``, b/``reduce_bandwidth`` to combine;
+   ``reduce``, combines its b bytes at the destination: each rank reduces at
+   ``reduce_bandwidth`` bytes/s, shared fairly by the reductions it runs at
+   once (a reduction is a flow on the rank's own "reducer" link);
 5. *ends*: writes its destination. In dataflow mode a write also waits for the
    transfers of its own step that read that slot to have started.
 
 A local transfer (a == b') has no network cost, only the reduction time. On a
-contention-free schedule every step costs max(α + b/B [+ b·γ]) and the result
+contention-free schedule every step costs max(α + b/B + b·γ) and the result
 equals the alpha-beta closed form (``sim.cost``) to rounding.
 
 Sizes follow nccl-tests (DESIGN.md): ``size`` is the buffer of allreduce,
@@ -215,8 +217,9 @@ class _Run:
     """One simulation: flat per-transfer arrays, driven by simpy timeouts (no processes).
 
     Hot paths avoid a simpy process per transfer: a transfer costs at most
-    three timeouts (pre-delay, end of its flow, post-delay), and a rate change
-    only touches the flows on the links that changed.
+    four timeouts (pre-delay, end of its flow, latency, end of its reduction),
+    and a rate change only touches the flows on the links that changed. Link
+    ids from ``len(topology.links)`` on are the ranks' reducers.
     """
 
     def __init__(self, schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
@@ -253,20 +256,24 @@ class _Run:
         self.dst_slot = array("q", [bases[t.dst_buf][t.dst] + t.dst_index for t in flat])
         self.snap: list[Any] = [None] * n
 
-        # Timing of every transfer: pre-delay, links, post-delay (latency + reduction), bytes.
-        gamma = 0.0 if reduce_bandwidth is None else 1.0 / reduce_bandwidth
+        # Timing of every transfer: pre-delay, links, post-delay (latency), bytes, reducer.
+        nl = len(topology.links)
+        self.nl = nl
         slow = {r: float(d) for r, d in stragglers.items() if d}
         self.pre = array("d", bytes(8 * n))
         self.post = array("d", bytes(8 * n))
         self.nbytes = array("d", bytes(8 * n))
         self.flinks: list[tuple[int, ...]] = [()] * n
+        self.reducer = array("q", [-1]) * n
         route = topology.route_links
         reduce_op = Op.REDUCE
         for i, t in enumerate(flat):
             b = t.count * self.chunk
             self.nbytes[i] = b
             pre = slow.get(t.src, 0.0) + (slow.get(t.dst, 0.0) if t.dst != t.src else 0.0)
-            post = b * gamma if t.op is reduce_op else 0.0
+            post = 0.0
+            if reduce_bandwidth is not None and t.op is reduce_op and b > 0:
+                self.reducer[i] = nl + t.dst
             if t.src != t.dst:
                 links, lat = route(t.src, t.dst)
                 self.flinks[i] = links if b > 0 else ()
@@ -275,11 +282,13 @@ class _Run:
             self.pre[i] = pre
             self.post[i] = post
 
-        nl = len(topology.links)
-        self.bw = topology.link_bandwidths()
-        self.active: list[set[int]] = [set() for _ in range(nl)]
-        self.busy = [0.0] * nl
-        self.busy_since = [0.0] * nl
+        p = schedule.ranks
+        self.bw = topology.link_bandwidths() + [float(reduce_bandwidth or 1.0)] * p
+        self.active: list[set[int]] = [set() for _ in range(nl + p)]
+        self.busy = [0.0] * (nl + p)
+        self.busy_since = [0.0] * (nl + p)
+        self.cur_links: list[tuple[int, ...]] = [()] * n
+        self.reducing = bytearray(n)
         self.dirty: set[int] = set()
         self.rate = [0.0] * n
         self.remaining = [0.0] * n
@@ -384,12 +393,16 @@ class _Run:
         self._drain()
 
     def _send(self, t: int) -> None:
-        now = self.env.now
-        self.t_send_start[t] = now
+        self.t_send_start[t] = self.env.now
         links = self.flinks[t]
-        if not links:
+        if links:
+            self._flow(t, links)
+        else:
             self._sent(t)
-            return
+
+    def _flow(self, t: int, links: tuple[int, ...]) -> None:
+        now = self.env.now
+        self.cur_links[t] = links
         self.remaining[t] = self.nbytes[t]
         self.last[t] = now
         active, dirty = self.active, self.dirty
@@ -403,7 +416,7 @@ class _Run:
     def _settle(self) -> None:
         """Recompute the rate of every flow on a link whose flow set changed; reschedule their ends."""
         now = self.env.now
-        active, bw, flinks = self.active, self.bw, self.flinks
+        active, bw, flinks = self.active, self.bw, self.cur_links
         rate, remaining, last, version = self.rate, self.remaining, self.last, self.version
         affected: set[int] = set()
         for lk in self.dirty:
@@ -435,14 +448,17 @@ class _Run:
             return  # a rate change superseded this completion
         now = self.env.now
         active, dirty = self.active, self.dirty
-        for lk in self.flinks[f]:
+        for lk in self.cur_links[f]:
             a = active[lk]
             a.discard(f)
             if not a:
                 self.busy[lk] += now - self.busy_since[lk]
             dirty.add(lk)
         self.rate[f] = 0.0
-        self._sent(f)
+        if self.reducing[f]:
+            self._arrive(f)
+        else:
+            self._sent(f)
         self._drain()
 
     def _sent(self, t: int) -> None:
@@ -452,11 +468,20 @@ class _Run:
             self.events += 1
             self.Timeout(self.env, post, t).callbacks.append(self._on_post)
         else:
-            self._arrive(t)
+            self._landed(t)
 
     def _on_post(self, ev: Any) -> None:
-        self._arrive(ev._value)
+        self._landed(ev._value)
         self._drain()
+
+    def _landed(self, t: int) -> None:
+        """The bytes are at the destination: combine them (a flow on its reducer), or deliver."""
+        reducer = self.reducer[t]
+        if reducer >= 0:
+            self.reducing[t] = 1
+            self._flow(t, (reducer,))
+        else:
+            self._arrive(t)
 
     def _arrive(self, t: int) -> None:
         if self.mode == "dataflow":
@@ -522,7 +547,7 @@ class _Run:
                                  f"first step {si} transfer {ti}", si, ti))
         bad.extend(check_final(self.schedule, self.state, self.layout))
         links = self.topology.links
-        busy = {links[i]: b for i, b in enumerate(self.busy) if b > 0}
+        busy = {links[i]: b for i, b in enumerate(self.busy[:self.nl]) if b > 0}
         ends = [e for e in self.t_end if not math.isnan(e)]
 
         def arr(xs: array[float]) -> np.ndarray:
