@@ -361,3 +361,49 @@ def test_results_are_values() -> None:
     with pytest.raises(ValueError):
         r.start[0] = 1.0
     assert r.transfers == 12 and r.events > 0
+
+
+# -- every registered closed form, on a switch ------------------------------------------------------
+
+# On a single switch every rank has one uplink and one downlink, and these algorithms send and
+# receive at most one message per rank per step (or share a link exactly as their closed form
+# charges), so lockstep must match the registry's α-β-γ cost with α = 2 hops, β = 1/B, γ = 1/R.
+SWITCH_EXACT = [
+    ("allreduce", "ring"), ("allreduce", "recursive_doubling"), ("allreduce", "rabenseifner"),
+    ("allreduce", "direct"), ("allreduce", "binomial"), ("allreduce", "hierarchical"),
+    ("allgather", "ring"), ("allgather", "recursive_doubling"), ("allgather", "bruck"), ("allgather", "direct"),
+    ("reducescatter", "ring"), ("reducescatter", "recursive_halving"), ("reducescatter", "direct"),
+    ("broadcast", "binomial"), ("broadcast", "binary_tree"), ("broadcast", "chain"),
+    ("broadcast", "scatter_allgather"), ("reduce", "binomial"), ("reduce", "chain"),
+    ("reduce", "reducescatter_gather"), ("scatter", "binomial"), ("scatter", "linear"), ("gather", "binomial"),
+    ("gather", "linear"), ("alltoall", "pairwise"), ("alltoall", "bruck"), ("alltoall", "direct"),
+    ("barrier", "dissemination"), ("barrier", "recursive_doubling"), ("barrier", "central"),
+]
+
+
+@pytest.mark.parametrize(("kind", "name"), SWITCH_EXACT)
+def test_registered_closed_forms_on_a_switch(kind: str, name: str) -> None:
+    try:
+        alg = registry.get(kind, name)
+    except RegistryError:
+        pytest.skip(f"{kind}/{name} not registered yet (issue 3)")
+    assert alg.cost is not None
+    lat, bw, red = 1e-6, 10e9, 40e9
+    n = 0.0 if kind == "barrier" else float(2**20)
+    checked = 0
+    for p in (2, 3, 4, 5, 6, 8, 12, 16):
+        if alg.unsupported(p) is not None:
+            continue
+        chunk_options = (1, 3) if any(x.name == "chunks" for x in alg.parameters) else (None,)
+        for chunks in chunk_options:
+            params = {} if chunks is None else {"chunks": chunks}
+            schedule = alg.build(p, **params)
+            topo = T.single_switch(p, bandwidth=bw, latency=lat)
+            # Reduction cost only where the powers-of-two structure keeps every rank's share equal.
+            gamma = 1 / red if p & (p - 1) == 0 else 0.0
+            r = simulate(schedule, topo, n, mode="lockstep", reduce_bandwidth=red if gamma else None)
+            want = predict(kind, name, p, n, alpha=2 * lat, beta=1 / bw, gamma=gamma, params=params).time
+            assert r.ok
+            assert close(r.time, want), (p, chunks, r.time, want)
+            checked += 1
+    assert checked
