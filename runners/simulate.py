@@ -132,7 +132,9 @@ def _faults(args: argparse.Namespace) -> Any:
 
 
 def _network_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--topology", "-t", required=True, metavar="SPEC", help=_SPEC_FORMS)
+    p.add_argument("--topology", "-t", required=True, metavar="SPEC",
+                   help=f"{_SPEC_FORMS}. Links run at 50 GB/s and 1 us unless --bandwidth/--latency say otherwise; "
+                        "cluster and dgx-h100: 450 GB/s, 0.5 us to the node switch and 50 GB/s, 1 us per NIC")
     p.add_argument("--mode", choices=("dataflow", "lockstep"), default="dataflow",
                    help="dataflow: a transfer starts when its dependencies are done (default); "
                         "lockstep: a step starts when the previous one is done")

@@ -477,6 +477,15 @@ _SIMPLE: dict[str, Callable[..., Topology]] = {
 }
 
 
+MAX_SPEC_RANKS = 1 << 16
+"""Largest world a SPEC may build (a full mesh: 2048 ranks, about 4 M links)."""
+
+
+def _bounded(spec: str, ranks: int, limit: int = MAX_SPEC_RANKS) -> None:
+    if ranks > limit:
+        raise TopologyError(f"topology {spec!r}: {ranks} ranks is more than the {limit} a SPEC may build")
+
+
 def from_spec(spec: str, *, bandwidth: float | None = None, latency: float | None = None) -> Topology:
     """The topology a SPEC names (``SPEC_FORMS``); ``bandwidth``/``latency``, when given, set every link."""
     m = re.fullmatch(r"([a-z][a-z0-9-]*):(.+)", spec.strip())
@@ -485,15 +494,19 @@ def from_spec(spec: str, *, bandwidth: float | None = None, latency: float | Non
         kind, arg = m.group(1), m.group(2)
         if kind in _SIMPLE:
             (n,) = _ints(arg, 1, spec)
+            _bounded(spec, n if kind != "fattree" else n**3 // 4, 2048 if kind == "full" else MAX_SPEC_RANKS)
             topo = _SIMPLE[kind](n)
         elif kind == "torus":
             rows, cols = _ints(arg, 2, spec)
+            _bounded(spec, rows * cols)
             topo = torus(rows, cols)
         elif kind == "cluster":
             nodes, gpus = _ints(arg, 2, spec)
+            _bounded(spec, nodes * gpus)
             topo = cluster(nodes, gpus)
         else:
             (n,) = _ints(arg, 1, spec)
+            _bounded(spec, 8 * n)
             topo = dgx_h100(n)
     elif os.path.exists(spec):
         topo = load(spec)

@@ -295,7 +295,8 @@ def test_spec_overrides_every_link() -> None:
     assert {d["latency"] for *_e, d in topo.graph.edges(data=True)} == {3e-6}
 
 
-@pytest.mark.parametrize("spec", ["ring", "ring:x", "torus:4", "torus:4x", "fattree:3", "ring:0", "mesh:4", ""])
+@pytest.mark.parametrize("spec", ["ring", "ring:x", "torus:4", "torus:4x", "fattree:3", "ring:0", "mesh:4", "",
+                                  "full:4096", "ring:100000", "fattree:100"])
 def test_bad_specs(spec: str) -> None:
     with pytest.raises(TopologyError):
         T.from_spec(spec)
