@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import math
 
-import networkx as nx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,36 +13,7 @@ from algorithms import registry
 from algorithms.ir import Schedule
 from sim.dataflow import dataflow_graph
 from sim.engine import Faults, simulate
-from sim.topology import Topology
-
-
-@st.composite
-def topologies(draw: st.DrawFn, ranks: int) -> Topology:
-    """A random strongly connected network of ``ranks`` ranks and 0-3 switches.
-
-    A random cycle through every node (in a random direction, or both) makes
-    it connected; random extra links, bandwidths and latencies do the rest.
-    """
-    switches = [f"s{i}" for i in range(draw(st.integers(0, 3)))]
-    nodes: list[int | str] = [*range(ranks), *switches]
-    order = draw(st.permutations(nodes))
-    bw = st.floats(1e6, 1e11, allow_nan=False)
-    lat = st.one_of(st.just(0.0), st.floats(1e-9, 1e-4, allow_nan=False))
-    g = nx.DiGraph()
-    g.add_nodes_from(range(ranks))
-    g.add_nodes_from(switches)
-    both = draw(st.booleans())
-    for i in range(len(order)):
-        u, v = order[i], order[(i + 1) % len(order)]
-        if u != v:
-            g.add_edge(u, v, bandwidth=draw(bw), latency=draw(lat))
-            if both:
-                g.add_edge(v, u, bandwidth=draw(bw), latency=draw(lat))
-    for _ in range(draw(st.integers(0, 2 * len(nodes)))):
-        u, v = draw(st.sampled_from(nodes)), draw(st.sampled_from(nodes))
-        if u != v:
-            g.add_edge(u, v, bandwidth=draw(bw), latency=draw(lat))
-    return Topology(g, "random")
+from sim.topology_strategies import topologies
 
 
 @st.composite
