@@ -231,6 +231,7 @@ class _Run:
         self.schedule = schedule
         self.topology = topology
         self.mode = mode
+        self.dataflow = mode == "dataflow"
         self.size = size
         self.chunk = chunk_bytes(schedule.collective, size)
         self.progress = progress
@@ -376,7 +377,7 @@ class _Run:
             self.violations.append(Violation(
                 UNINITIALISED_READ, f"step {si} transfer {ti} ({tr!r}): reads rank {tr.src} {tr.src_buf}"
                 f"[{tr.src_index + k}], which holds nothing", si, ti, tr.src, tr.src_buf.value, tr.src_index + k))
-        if self.mode == "dataflow":
+        if self.dataflow:
             for w in self.write_waiters[t]:
                 self.unstarted_readers[w] -= 1
                 if self.unstarted_readers[w] == 0 and self.arrived[w]:
@@ -418,10 +419,10 @@ class _Run:
         now = self.env.now
         active, bw, flinks = self.active, self.bw, self.cur_links
         rate, remaining, last, version = self.rate, self.remaining, self.last, self.version
-        affected: set[int] = set()
-        for lk in self.dirty:
-            affected.update(active[lk])
-        self.dirty.clear()
+        dirty = self.dirty
+        # Usually one link changed: iterate its flows as they are (nothing below edits them).
+        affected = active[next(iter(dirty))] if len(dirty) == 1 else set().union(*(active[lk] for lk in dirty))
+        dirty.clear()
         timeout, env, cb = self.Timeout, self.env, self._on_sent
         for f in affected:
             r = math.inf
@@ -451,9 +452,10 @@ class _Run:
         for lk in self.cur_links[f]:
             a = active[lk]
             a.discard(f)
-            if not a:
+            if a:
+                dirty.add(lk)  # the flows left on it speed up
+            else:
                 self.busy[lk] += now - self.busy_since[lk]
-            dirty.add(lk)
         self.rate[f] = 0.0
         if self.reducing[f]:
             self._arrive(f)
@@ -484,7 +486,7 @@ class _Run:
             self._arrive(t)
 
     def _arrive(self, t: int) -> None:
-        if self.mode == "dataflow":
+        if self.dataflow:
             self.arrived[t] = True
             if self.unstarted_readers[t]:
                 return  # a same-step reader of the destination has not read yet: write when it has
@@ -496,7 +498,7 @@ class _Run:
         self.finished += 1
         if self._bar is not None and self.finished & 4095 == 0:
             self._bar.update(4096)
-        if self.mode == "lockstep":
+        if not self.dataflow:
             self.outstanding -= 1
             if self.outstanding == 0:
                 self._next_step()
@@ -518,6 +520,8 @@ class _Run:
             cur = state[d + k]
             if copy:
                 state[d + k] = v
+            elif cur is not None and len(cur) == 2 and len(v) == 2 and cur[0] == v[0] and not cur[1] & v[1]:
+                state[d + k] = (v[0], cur[1] | v[1])  # the common case of union(), inlined: one chunk, disjoint
             elif cur is None:
                 if self.idempotent:
                     state[d + k] = v
