@@ -266,7 +266,7 @@ class _Run:
         self.nbytes = array("d", bytes(8 * n))
         self.flinks: list[tuple[int, ...]] = [()] * n
         self.reducer = array("q", [-1]) * n
-        route = topology.route_links
+        routes = topology.route_links_many({(t.src, t.dst) for t in flat if t.src != t.dst})
         reduce_op = Op.REDUCE
         for i, t in enumerate(flat):
             b = t.count * self.chunk
@@ -276,7 +276,7 @@ class _Run:
             if reduce_bandwidth is not None and t.op is reduce_op and b > 0:
                 self.reducer[i] = nl + t.dst
             if t.src != t.dst:
-                links, lat = route(t.src, t.dst)
+                links, lat = routes[(t.src, t.dst)]
                 self.flinks[i] = links if b > 0 else ()
                 pre += overhead
                 post += lat

@@ -4,10 +4,14 @@ A topology is a networkx ``DiGraph`` whose nodes are the ranks ``0..p-1``
 (ints) plus switch nodes (strings), and whose edges are links carrying
 ``bandwidth`` (bytes/s, > 0) and ``latency`` (s, >= 0). A message from rank
 a to rank b follows one route: the explicit one from the route table when
-given, else the shortest path by total latency, then by hop count, then by
-the lexicographically smallest sequence of nodes (ranks by number, then
-switches in insertion order). There is no multipath: like a static routing
-table, every message between the same pair takes the same links.
+given, else a shortest path by total latency, then by hop count, then by
+widest bottleneck bandwidth. Where k next hops remain equal, the message
+takes the one picked by the next base-k digit of b, among the candidates in
+node order (ranks by number, then switches in insertion order): destination-
+based spreading, as the two-level routing tables of Al-Fares et al. (below)
+do in a fat tree.
+There is no per-message multipath: like a static routing table, every
+message between the same pair takes the same links.
 
 Builders follow the usual shapes: rings (uni- and bidirectional), fully
 connected, a single switch (star), a 2D torus, the k-ary fat tree of
@@ -64,6 +68,8 @@ __all__ = [
 
 Node = int | str
 Link = tuple[Node, Node]
+RouteLinks = tuple[tuple[int, ...], float]
+"""Link ids along a route, and the route's total latency in seconds."""
 
 FORMAT = "collsched.topology/1"
 DEFAULT_BANDWIDTH = 50e9
@@ -113,7 +119,7 @@ class Topology:
     _link_id: dict[Link, int] = field(init=False, repr=False)
     _order: dict[Node, int] = field(init=False, repr=False)
     _cache: dict[tuple[int, int], tuple[tuple[int, ...], float]] = field(init=False, repr=False)
-    _cheapest: dict[tuple[str, Node], float] = field(init=False, repr=False)
+    _cheapest: dict[tuple[str, Node], int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         g = self.graph
@@ -170,62 +176,138 @@ class Topology:
         explicit = self.routes.get((src, dst))
         if explicit is not None:
             return explicit
-        return self._shortest(src, dst)
+        direct = self._direct(src, dst)
+        if direct is not None:
+            return direct
+        return self._walk(src, dst, self._tree(dst))
 
     def route_links(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
         """Link ids along the route from src to dst, and the route's total latency (cached)."""
-        key = (src, dst)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        path = self.route(src, dst)
+        hit = self._cache.get((src, dst))
+        if hit is None:
+            hit = self._remember(src, dst, self.route(src, dst))
+        return hit
+
+    def route_links_many(self, pairs: Iterable[tuple[int, int]]) -> dict[tuple[int, int], RouteLinks]:
+        """``route_links`` for many pairs at once, building each destination's tree only once."""
+        out: dict[tuple[int, int], RouteLinks] = {}
+        by_dst: dict[int, list[int]] = {}
+        for src, dst in pairs:
+            hit = self._cache.get((src, dst))
+            if hit is not None:
+                out[(src, dst)] = hit
+            elif src == dst or (src, dst) in self.routes or self._direct(src, dst) is not None:
+                out[(src, dst)] = self.route_links(src, dst)
+            else:
+                self._check_rank(src)
+                self._check_rank(dst)
+                by_dst.setdefault(dst, []).append(src)
+        for dst, srcs in by_dst.items():
+            tree = self._tree(dst)
+            for src in srcs:
+                out[(src, dst)] = self._remember(src, dst, self._walk(src, dst, tree))
+        return out
+
+    def _remember(self, src: int, dst: int, path: tuple[Node, ...]) -> tuple[tuple[int, ...], float]:
         ids = tuple(self._link_id[(path[i], path[i + 1])] for i in range(len(path) - 1))
         lat = 0.0
         for i in range(len(path) - 1):
             lat += self.graph.edges[path[i], path[i + 1]]["latency"]
-        self._cache[key] = (ids, lat)
+        self._cache[(src, dst)] = (ids, lat)
         return ids, lat
 
-    def _shortest(self, src: int, dst: int) -> tuple[Node, ...]:
-        g = self.graph
-        direct = g.get_edge_data(src, dst)
-        # Fast path, exact: any path of two or more hops costs at least the
-        # cheapest link out of src plus the cheapest link into dst, and loses
-        # ties on hop count. Keeps all-to-all on a large full mesh cheap.
-        if direct is not None and direct["latency"] <= self._min_out(src) + self._min_in(dst):
-            return (src, dst)
-        order = self._order
-        # Dijkstra on (latency, hops, node-order path): the key is strictly
-        # monotone along a path and unique per path, so the first pop of dst
-        # is its optimum and heap entries never compare their node fields.
-        heap: list[tuple[float, int, tuple[int, ...], tuple[Node, ...]]] = [(0.0, 0, (order[src],), (src,))]
-        done: set[Node] = set()
-        adj = g.adj
-        while heap:
-            lat, hops, key, path = heapq.heappop(heap)
-            u = path[-1]
-            if u in done:
-                continue
-            if u == dst:
-                return path
-            done.add(u)
-            for v, attrs in adj[u].items():
-                if v not in done:
-                    heapq.heappush(heap, (lat + attrs["latency"], hops + 1, (*key, order[v]), (*path, v)))
-        raise TopologyError(f"rank {src} cannot reach rank {dst}")
+    def _direct(self, src: int, dst: int) -> tuple[Node, ...] | None:
+        """(src, dst) when the direct link is the shortest route, else None.
 
-    def _min_out(self, u: Node) -> float:
+        Exact: any path of two or more hops costs at least the cheapest link
+        out of src plus the cheapest link into dst, and loses ties on hop
+        count. Keeps all-to-all on a large full mesh cheap.
+        """
+        direct = self.graph.get_edge_data(src, dst)
+        if direct is not None and _fs(direct["latency"]) <= self._min_out(src) + self._min_in(dst):
+            return (src, dst)
+        return None
+
+    def _tree(self, dst: int) -> dict[Node, tuple[int, int, float]]:
+        """Every node that reaches dst -> (latency in fs, hops, widest bottleneck) of its best routes.
+
+        Dijkstra from dst over reversed links on (latency, hops), latencies in
+        integer femtoseconds so that equal routes tie exactly; then, nearest
+        first, the widest bottleneck bandwidth among each node's tight links.
+        """
+        g, order = self.graph, self._order
+        best: dict[Node, tuple[int, int]] = {dst: (0, 0)}
+        heap: list[tuple[int, int, int, Node]] = [(0, 0, order[dst], dst)]
+        done: list[Node] = []
+        seen: set[Node] = set()
+        while heap:
+            lat, hops, _o, v = heapq.heappop(heap)
+            if v in seen:
+                continue
+            seen.add(v)
+            done.append(v)
+            for u, attrs in g.pred[v].items():
+                if u in seen:
+                    continue
+                cand = (lat + _fs(attrs["latency"]), hops + 1)
+                cur = best.get(u)
+                if cur is None or cand < cur:
+                    best[u] = cand
+                    heapq.heappush(heap, (cand[0], cand[1], order[u], u))
+        tree: dict[Node, tuple[int, int, float]] = {dst: (0, 0, math.inf)}
+        for u in done[1:]:
+            lat, hops = best[u]
+            widest = 0.0
+            for v, attrs in g.adj[u].items():
+                tv = tree.get(v)
+                if tv is not None and tv[1] + 1 == hops and tv[0] + _fs(attrs["latency"]) == lat:
+                    widest = max(widest, min(attrs["bandwidth"], tv[2]))
+            tree[u] = (lat, hops, widest)
+        return tree
+
+    def _walk(self, src: int, dst: int, tree: Mapping[Node, tuple[int, int, float]]) -> tuple[Node, ...]:
+        """Follow best next hops from src to dst; among k equals, pick by the next base-k digit of dst.
+
+        The first choice is the (dst mod k)-th candidate in node order, the
+        next uses dst // k, and so on: different destinations spread over all
+        equal paths, as the two-level tables of Al-Fares et al. 2008 do in a
+        fat tree (uplink by destination, then core by destination).
+        """
+        if src not in tree:
+            raise TopologyError(f"rank {src} cannot reach rank {dst}")
+        g, order = self.graph, self._order
+        path: list[Node] = [src]
+        u: Node = src
+        digits = dst  # consumed in mixed radix, so that successive choices are independent
+        while u != dst:
+            lat, hops, widest = tree[u]
+            nexts = []
+            for v, attrs in g.adj[u].items():
+                tv = tree.get(v)
+                if (tv is not None and tv[1] + 1 == hops and tv[0] + _fs(attrs["latency"]) == lat
+                        and min(attrs["bandwidth"], tv[2]) == widest):
+                    nexts.append(v)
+            if len(nexts) > 1:
+                nexts.sort(key=order.__getitem__)
+                digits, pick = divmod(digits, len(nexts))
+                u = nexts[pick]
+            else:
+                u = nexts[0]
+            path.append(u)
+        return tuple(path)
+
+    def _min_out(self, u: Node) -> int:
         hit = self._cheapest.get(("out", u))
         if hit is None:
             hit = self._cheapest[("out", u)] = min(
-                (a["latency"] for a in self.graph.adj[u].values()), default=math.inf)
+                (_fs(a["latency"]) for a in self.graph.adj[u].values()), default=_NO_PATH)
         return hit
 
-    def _min_in(self, v: Node) -> float:
+    def _min_in(self, v: Node) -> int:
         hit = self._cheapest.get(("in", v))
         if hit is None:
             hit = self._cheapest[("in", v)] = min(
-                (a["latency"] for a in self.graph.pred[v].values()), default=math.inf)
+                (_fs(a["latency"]) for a in self.graph.pred[v].values()), default=_NO_PATH)
         return hit
 
     def _check_rank(self, r: object) -> None:
@@ -290,6 +372,14 @@ class Topology:
         """One line: name, ranks, switches, links."""
         switches = self.graph.number_of_nodes() - self.ranks
         return f"{self.name}: {self.ranks} ranks, {switches} switches, {len(self.links)} links"
+
+
+_NO_PATH = 1 << 62
+
+
+def _fs(seconds: float) -> int:
+    """A latency in integer femtoseconds, so that sums of equal latencies tie exactly when routing."""
+    return round(seconds * 1e15)
 
 
 def _check_nodes(g: nx.DiGraph) -> int:

@@ -70,9 +70,9 @@ def test_cluster_routes_inside_nodes_over_nvlink_and_between_nodes_over_nics() -
     assert topo.ranks == 12 and len(topo.links) == 2 * 12 + 2 * 12
     assert topo.route(1, 2) == (1, "node0", 2)
     assert topo.route(1, 6) == (1, "net", 6)
-    # Equal latencies everywhere: the node switch still wins, being listed first.
-    flat = topo.with_links(latency=1e-6, bandwidth=1e9)
-    assert flat.route(1, 2) == (1, "node0", 2)
+    # Equal latencies everywhere: inside a node the wider NVLink route still wins.
+    flat = topo.with_links(latency=1e-6)
+    assert all(flat.route(a, b)[1] == "node0" for a in range(4) for b in range(4) if a != b)
 
 
 def test_dgx_h100_figures() -> None:
@@ -86,19 +86,52 @@ def test_dgx_h100_figures() -> None:
 # -- routing -------------------------------------------------------------------------------
 
 
-def test_routing_is_by_latency_then_hops_then_node_order() -> None:
+def test_routing_is_by_latency_then_hops_then_bandwidth_then_destination() -> None:
     g = nx.DiGraph()
-    g.add_nodes_from(range(3))
-    for u, v, lat in [(0, 1, 1.0), (1, 2, 1.0), (0, 2, 3.0), (0, "s", 0.5), ("s", 2, 1.5)]:
+    g.add_nodes_from(range(4))
+    for u, v, lat in [(0, 1, 1.0), (1, 2, 1.0), (0, 2, 3.0), (0, "s", 0.5), ("s", 2, 1.5), (2, 3, 1.0)]:
         g.add_edge(u, v, bandwidth=1.0, latency=lat)
         g.add_edge(v, u, bandwidth=1.0, latency=lat)
     topo = Topology(g)
-    # 0->1->2 and 0->s->2 both cost 2.0 and 2 hops; rank 1 comes before switch s.
+    # 0->1->2 and 0->s->2 both cost 2.0 s and 2 hops: destination 2 takes candidate 2 mod 2 = 0
+    # in node order (rank 1 before switch s), destination 3 takes candidate 3 mod 2 = 1.
     assert topo.route(0, 2) == (0, 1, 2)
+    assert topo.route(0, 3) == (0, "s", 2, 3)
     assert topo.route_links(0, 2)[1] == 2.0
-    # Even ring: both ways round are equally long; the lower-numbered neighbour wins.
-    assert T.ring(6).route(0, 3) == (0, 1, 2, 3)
+    # Even ring: both ways round are equally long.
+    assert T.ring(6).route(0, 3) == (0, 5, 4, 3)
     assert T.ring(6).route(3, 0) == (3, 2, 1, 0)
+    assert T.ring(6).route(1, 4) == (1, 0, 5, 4)
+
+
+def test_equal_routes_prefer_the_widest_bottleneck() -> None:
+    g = nx.DiGraph()
+    g.add_nodes_from(range(2))
+    for sw, bw in [("a", 5.0), ("b", 9.0), ("c", 7.0)]:
+        for r in range(2):
+            g.add_edge(r, sw, bandwidth=bw if r == 0 else 100.0, latency=1.0)
+            g.add_edge(sw, r, bandwidth=100.0 if r == 0 else bw, latency=1.0)
+    topo = Topology(g)
+    assert topo.route(0, 1) == (0, "b", 1)  # bottlenecks 5, 9, 7
+    assert topo.route(1, 0) == (1, "a", 0)  # all 100: a tie, destination 0 picks the first
+
+
+def test_fat_tree_spreads_destinations_over_the_core() -> None:
+    topo = T.fat_tree(4)
+    cores = {topo.route(0, d)[3] for d in range(4, 16)}
+    aggs = {topo.route(0, d)[2] for d in range(2, 16)}
+    assert cores == {f"core{i}" for i in range(4)}
+    assert aggs == {"agg0.0", "agg0.1"}
+    # Destination-based, as Al-Fares' tables: the uplink is picked by the destination's number.
+    assert all(topo.route(0, d)[2] == f"agg0.{d % 2}" for d in range(2, 16))
+
+
+def test_many_routes_at_once_agree_with_one_by_one() -> None:
+    pairs = [(s, d) for s in range(16) for d in range(16)]
+    for spec in ("fattree:4", "torus:4x4", "cluster:2x8", "ring:16"):
+        many = T.from_spec(spec).route_links_many(pairs)
+        one = T.from_spec(spec)
+        assert many == {pr: one.route_links(*pr) for pr in pairs}
 
 
 def test_shorter_latency_beats_fewer_hops() -> None:
