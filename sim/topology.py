@@ -118,6 +118,9 @@ class Topology:
     links: tuple[Link, ...] = field(init=False, repr=False)
     _link_id: dict[Link, int] = field(init=False, repr=False)
     _order: dict[Node, int] = field(init=False, repr=False)
+    _nodes: list[Node] = field(init=False, repr=False)
+    _succ: list[list[tuple[int, int, float]]] = field(init=False, repr=False)
+    _pred: list[list[tuple[int, int, float]]] = field(init=False, repr=False)
     _cache: dict[tuple[int, int], tuple[tuple[int, ...], float]] = field(init=False, repr=False)
     _cheapest: dict[tuple[str, Node], int] = field(init=False, repr=False)
 
@@ -134,6 +137,18 @@ class Topology:
         order: dict[Node, int] = {r: r for r in range(p)}
         order.update((s, p + i) for i, s in enumerate(switches))
         object.__setattr__(self, "_order", order)
+        # Routing works on node numbers and plain lists: networkx views are too slow for
+        # a shortest-path tree per destination on thousands of nodes.
+        nodes: list[Node] = [*range(p), *switches]
+        succ: list[list[tuple[int, int, float]]] = [[] for _ in nodes]
+        pred: list[list[tuple[int, int, float]]] = [[] for _ in nodes]
+        for u, v, a in g.edges(data=True):
+            iu, iv, lat, bw = order[u], order[v], _fs(a["latency"]), float(a["bandwidth"])
+            succ[iu].append((iv, lat, bw))
+            pred[iv].append((iu, lat, bw))
+        object.__setattr__(self, "_nodes", nodes)
+        object.__setattr__(self, "_succ", succ)
+        object.__setattr__(self, "_pred", pred)
         links = tuple(g.edges)
         object.__setattr__(self, "links", links)
         object.__setattr__(self, "_link_id", {e: i for i, e in enumerate(links)})
@@ -228,44 +243,51 @@ class Topology:
             return (src, dst)
         return None
 
-    def _tree(self, dst: int) -> dict[Node, tuple[int, int, float]]:
-        """Every node that reaches dst -> (latency in fs, hops, widest bottleneck) of its best routes.
+    def _tree(self, dst: int) -> tuple[list[int], list[int], list[float]]:
+        """For every node (by number): latency in fs, hops and widest bottleneck of its best routes to dst.
 
         Dijkstra from dst over reversed links on (latency, hops), latencies in
         integer femtoseconds so that equal routes tie exactly; then, nearest
         first, the widest bottleneck bandwidth among each node's tight links.
+        Nodes that cannot reach dst keep hops -1.
         """
-        g, order = self.graph, self._order
-        best: dict[Node, tuple[int, int]] = {dst: (0, 0)}
-        heap: list[tuple[int, int, int, Node]] = [(0, 0, order[dst], dst)]
-        done: list[Node] = []
-        seen: set[Node] = set()
+        n = len(self._nodes)
+        lat = [_NO_PATH] * n
+        hops = [-1] * n
+        lat[dst], hops[dst] = 0, 0
+        heap: list[tuple[int, int, int]] = [(0, 0, dst)]
+        done: list[int] = []
+        seen = [False] * n
+        pred = self._pred
         while heap:
-            lat, hops, _o, v = heapq.heappop(heap)
-            if v in seen:
+            dl, dh, v = heapq.heappop(heap)
+            if seen[v]:
                 continue
-            seen.add(v)
+            seen[v] = True
             done.append(v)
-            for u, attrs in g.pred[v].items():
-                if u in seen:
-                    continue
-                cand = (lat + _fs(attrs["latency"]), hops + 1)
-                cur = best.get(u)
-                if cur is None or cand < cur:
-                    best[u] = cand
-                    heapq.heappush(heap, (cand[0], cand[1], order[u], u))
-        tree: dict[Node, tuple[int, int, float]] = {dst: (0, 0, math.inf)}
+            for u, ul, _bw in pred[v]:
+                if not seen[u]:
+                    cl, ch = dl + ul, dh + 1
+                    if cl < lat[u] or (cl == lat[u] and ch < hops[u]):
+                        lat[u], hops[u] = cl, ch
+                        heapq.heappush(heap, (cl, ch, u))
+        for u in range(n):
+            if not seen[u]:
+                hops[u] = -1
+        widest = [0.0] * n
+        widest[dst] = math.inf
+        succ = self._succ
         for u in done[1:]:
-            lat, hops = best[u]
-            widest = 0.0
-            for v, attrs in g.adj[u].items():
-                tv = tree.get(v)
-                if tv is not None and tv[1] + 1 == hops and tv[0] + _fs(attrs["latency"]) == lat:
-                    widest = max(widest, min(attrs["bandwidth"], tv[2]))
-            tree[u] = (lat, hops, widest)
-        return tree
+            best = 0.0
+            for v, vl, bw in succ[u]:
+                if hops[v] + 1 == hops[u] and hops[v] >= 0 and lat[v] + vl == lat[u]:
+                    w = bw if bw < widest[v] else widest[v]
+                    if w > best:
+                        best = w
+            widest[u] = best
+        return lat, hops, widest
 
-    def _walk(self, src: int, dst: int, tree: Mapping[Node, tuple[int, int, float]]) -> tuple[Node, ...]:
+    def _walk(self, src: int, dst: int, tree: tuple[list[int], list[int], list[float]]) -> tuple[Node, ...]:
         """Follow best next hops from src to dst; among k equals, pick by the next base-k digit of dst.
 
         The first choice is the (dst mod k)-th candidate in node order, the
@@ -273,27 +295,23 @@ class Topology:
         equal paths, as the two-level tables of Al-Fares et al. 2008 do in a
         fat tree (uplink by destination, then core by destination).
         """
-        if src not in tree:
+        lat, hops, widest = tree
+        if hops[src] < 0:
             raise TopologyError(f"rank {src} cannot reach rank {dst}")
-        g, order = self.graph, self._order
+        succ, nodes = self._succ, self._nodes
         path: list[Node] = [src]
-        u: Node = src
+        u = src
         digits = dst  # consumed in mixed radix, so that successive choices are independent
         while u != dst:
-            lat, hops, widest = tree[u]
-            nexts = []
-            for v, attrs in g.adj[u].items():
-                tv = tree.get(v)
-                if (tv is not None and tv[1] + 1 == hops and tv[0] + _fs(attrs["latency"]) == lat
-                        and min(attrs["bandwidth"], tv[2]) == widest):
-                    nexts.append(v)
+            nexts = sorted(v for v, vl, bw in succ[u]
+                           if hops[v] >= 0 and hops[v] + 1 == hops[u] and lat[v] + vl == lat[u]
+                           and min(bw, widest[v]) == widest[u])
             if len(nexts) > 1:
-                nexts.sort(key=order.__getitem__)
                 digits, pick = divmod(digits, len(nexts))
                 u = nexts[pick]
             else:
                 u = nexts[0]
-            path.append(u)
+            path.append(nodes[u])
         return tuple(path)
 
     def _min_out(self, u: Node) -> int:
