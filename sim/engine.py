@@ -36,19 +36,18 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from algorithms.errors import CollschedError
 from algorithms.ir import Collective, Kind, Op, Schedule
 from sim.semantics import SlotLayout, initial_state, overlaps, union
-from sim.topology import Link, Node, Topology, TopologyError
+from sim.topology import Link, Topology, TopologyError
 from sim.verify import DOUBLE_COUNT, UNINITIALISED_READ, Violation, check_final
 
 __all__ = ["MODES", "Faults", "SimResult", "SimulationError", "busbw_factor", "chunk_bytes", "simulate"]
 
-Mode = Literal["lockstep", "dataflow"]
 MODES: tuple[str, ...] = ("dataflow", "lockstep")
 
 
@@ -580,8 +579,3 @@ def _invert(relation: Sequence[tuple[int, ...]], n: int) -> list[tuple[int, ...]
             else:
                 cur.append(j)
     return lists
-
-
-def link_name(link: tuple[Node, Node]) -> str:
-    """``"u->v"`` for a link."""
-    return f"{link[0]}->{link[1]}"
