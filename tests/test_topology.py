@@ -333,3 +333,26 @@ def test_spec_overrides_every_link() -> None:
 def test_bad_specs(spec: str) -> None:
     with pytest.raises(TopologyError):
         T.from_spec(spec)
+
+
+def test_bad_graphml_files(tmp_path: object) -> None:
+    path = f"{tmp_path}/bad.graphml"
+    with open(path, "w") as f:
+        f.write("<graphml><graph")
+    with pytest.raises(TopologyError, match="not a GraphML topology"):
+        T.load(path)
+    g = nx.DiGraph()
+    g.add_edge("0", "1", bandwidth=1.0)
+    g.add_edge("1", "0", bandwidth=1.0, latency=0.0)
+    nx.write_graphml(g, path)
+    with pytest.raises(TopologyError, match="link 0 -> 1: missing attribute 'latency'"):
+        T.load(path)
+
+
+def test_topology_strategy_rejects_bad_bounds() -> None:
+    from sim.topology_strategies import topologies
+
+    with pytest.raises(TopologyError, match="ranks must be an integer >= 1"):
+        topologies(0)
+    with pytest.raises(TopologyError, match="min_bandwidth"):
+        topologies(2, min_bandwidth=0.0)
