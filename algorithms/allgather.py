@@ -26,7 +26,7 @@ from algorithms.fold import extras_below, log2ceil, log2floor, pow2floor
 from algorithms.ir import Buf, Collective, Kind, Schedule
 from algorithms.registry import Cost, register
 
-__all__ = ["ring", "recursive_doubling", "bruck", "direct"]
+__all__ = ["bruck", "direct", "recursive_doubling", "ring"]
 
 
 @register(

@@ -38,8 +38,15 @@ from algorithms.fold import log2ceil, log2floor, pow2floor
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
 from algorithms.registry import CHUNKS, Cost, Parameter, register
 
-__all__ = ["ring", "recursive_doubling", "rabenseifner", "binomial", "double_binary_tree", "direct",
-           "hierarchical"]
+__all__ = [
+    "binomial",
+    "direct",
+    "double_binary_tree",
+    "hierarchical",
+    "rabenseifner",
+    "recursive_doubling",
+    "ring",
+]
 
 
 @register(

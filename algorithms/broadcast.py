@@ -23,9 +23,8 @@ from algorithms.fold import log2ceil, log2floor
 from algorithms.ir import Collective, Kind, Schedule
 from algorithms.registry import Cost, register
 
-__all__ = ["binomial", "binary_tree", "chain", "scatter_allgather"]
+__all__ = ["binary_tree", "binomial", "chain", "scatter_allgather"]
 
-_log2ceil = log2ceil  # the name barrier.py and others imported before algorithms.fold existed
 
 
 @register(

@@ -10,7 +10,7 @@ with a simpler numbering.
 
 from __future__ import annotations
 
-__all__ = ["log2ceil", "log2floor", "pow2floor", "extras", "extras_below", "popcount_sum"]
+__all__ = ["extras", "extras_below", "log2ceil", "log2floor", "popcount_sum", "pow2floor"]
 
 
 def log2ceil(p: int) -> int:

@@ -23,7 +23,7 @@ from algorithms.fold import extras_below, log2floor, pow2floor
 from algorithms.ir import Buf, Collective, Kind, Schedule
 from algorithms.registry import Cost, register
 
-__all__ = ["ring", "recursive_halving", "direct"]
+__all__ = ["direct", "recursive_halving", "ring"]
 
 
 @register(

@@ -20,7 +20,7 @@ from algorithms.fold import log2ceil
 from algorithms.ir import Buf, Collective, Kind, Schedule
 from algorithms.registry import Cost, register
 
-__all__ = ["binomial", "linear", "subtree_slot", "largest_subtree"]
+__all__ = ["binomial", "largest_subtree", "linear", "subtree_slot"]
 
 
 def largest_subtree(p: int) -> int:
