@@ -283,11 +283,11 @@ def _dbt_sent(p: int, n: float) -> float:
     "double_binary_tree",
     source="NCCL double binary tree (Sanders, Speck & Träff 2009)",
     cost=Cost(
-        "(2⌈log2 p⌉+k-1)α + ≤2(2⌈log2 p⌉+k-1)·n/kβ + ≤3(⌈log2 p⌉+k-1)·n/(2k)γ, k chunks per half "
-        "(β, γ: bounds, a rank moves at most 4 and reduces at most 3 half-chunks per step)",
+        "(2⌈log2 p⌉+k-1)α + ≤2(2⌈log2 p⌉+k-1)·n/kβ + ≤(⌈log2 p⌉+k-1)·n/kγ, k chunks per half "
+        "(β, γ: bounds; a rank moves at most 4 half-chunks a step, reduces at most 2 a step while reducing)",
         steps=lambda p, n, k: 2 * log2ceil(p) + k["chunks"] - 1 if p > 1 else 0,
         bytes=lambda p, n, k: 2 * (2 * log2ceil(p) + k["chunks"] - 1) * n / k["chunks"] if p > 1 else 0,
-        reduced=lambda p, n, k: 3 * (log2ceil(p) + k["chunks"] - 1) * n / (2 * k["chunks"]) if p > 1 else 0,
+        reduced=lambda p, n, k: (log2ceil(p) + k["chunks"] - 1) * n / k["chunks"] if p > 1 else 0,
         sent_per_rank=lambda p, n, k: _dbt_sent(p, n),
     ),
 )
