@@ -26,8 +26,19 @@ class Cost:
 
     Each function takes ``(p, n, params)``: world size, message size in bytes
     (nccl-tests convention, DESIGN.md) and the algorithm's parameters
-    (``chunks`` and any others). ``sent_per_rank`` is the largest number of
-    bytes any one rank sends, for checking a schedule exactly.
+    (``chunks`` and any others). In the lockstep model of a schedule, with
+    one send and one receive port per rank:
+
+    - ``steps``: the steps that move data between ranks (α each; a step of
+      only local copies costs none);
+    - ``bytes``: summed over steps, the most bytes one rank sends or receives
+      in that step;
+    - ``reduced``: summed over steps, the most bytes one rank reduces in it;
+    - ``sent_per_rank``: the most bytes one rank sends over the network in all.
+
+    tests/test_costs.py measures all four from the schedule's transfers and
+    checks them against these functions exactly for p = 1..64 (where the
+    formula text says ≤, as an upper bound).
     """
 
     formula: str
