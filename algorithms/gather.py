@@ -45,17 +45,22 @@ def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
     def rank(v: int) -> int:
         return (v + root) % p
 
-    mask = 1
-    while mask < p or mask == 1:
+    def hand_up(mask: int) -> None:
+        """Relative rank v with lowest set bit ``mask`` hands the pieces of v .. v+mask-1 to v - mask."""
+        for v in range(mask, p, 2 * mask):
+            for piece in range(v, min(v + mask, p)):
+                sb, si = subtree_slot(p, root, k, v, piece, wide=Buf.OUTPUT)
+                db, di = subtree_slot(p, root, k, v - mask, piece, wide=Buf.OUTPUT)
+                b.copy(rank(v), rank(v - mask), si, k, buf=sb, dst_buf=db, dst_index=di)
+
+    masks = [1 << j for j in range(log2ceil(p))]  # from the leaves up
+    with b.step():
+        b.copy(root, root, 0, k, dst_buf=Buf.OUTPUT, dst_index=root * k)  # the root's own piece
+        if masks:
+            hand_up(masks[0])
+    for mask in masks[1:]:
         with b.step():
-            if mask == 1:  # the root's own piece, locally
-                b.copy(root, root, 0, k, dst_buf=Buf.OUTPUT, dst_index=root * k)
-            for v in range(mask, p, 2 * mask):
-                for piece in range(v, min(v + mask, p)):
-                    sb, si = subtree_slot(p, root, k, v, piece, wide=Buf.OUTPUT)
-                    db, di = subtree_slot(p, root, k, v - mask, piece, wide=Buf.OUTPUT)
-                    b.copy(rank(v), rank(v - mask), si, k, buf=sb, dst_buf=db, dst_index=di)
-        mask <<= 1
+            hand_up(mask)
     return b.build()
 
 

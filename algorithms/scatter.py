@@ -67,19 +67,22 @@ def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
     def rank(v: int) -> int:
         return (v + root) % p
 
-    first = True
-    mask = 1 << log2ceil(p) >> 1
-    while first or mask:
+    def hand_down(mask: int) -> None:
+        """Relative rank v, a multiple of 2·mask, hands the pieces of v+mask .. v+2·mask-1 to v+mask."""
+        for v in range(0, p - mask, 2 * mask):
+            for piece in range(v + mask, min(v + 2 * mask, p)):
+                sb, si = subtree_slot(p, root, k, v, piece, wide=Buf.INPUT)
+                db, di = subtree_slot(p, root, k, v + mask, piece, wide=Buf.INPUT)
+                b.copy(rank(v), rank(v + mask), si, k, buf=sb, dst_buf=db, dst_index=di)
+
+    masks = [1 << j for j in reversed(range(log2ceil(p)))]  # from the top of the tree down
+    with b.step():
+        b.copy(root, root, root * k, k, dst_buf=Buf.OUTPUT, dst_index=0)  # the root's own piece
+        if masks:
+            hand_down(masks[0])
+    for mask in masks[1:]:
         with b.step():
-            if first:  # the root's own piece, locally
-                b.copy(root, root, root * k, k, dst_buf=Buf.OUTPUT, dst_index=0)
-                first = False
-            for v in range(0, p - mask, 2 * mask) if mask else ():
-                for piece in range(v + mask, min(v + 2 * mask, p)):
-                    sb, si = subtree_slot(p, root, k, v, piece, wide=Buf.INPUT)
-                    db, di = subtree_slot(p, root, k, v + mask, piece, wide=Buf.INPUT)
-                    b.copy(rank(v), rank(v + mask), si, k, buf=sb, dst_buf=db, dst_index=di)
-        mask >>= 1
+            hand_down(mask)
     return b.build()
 
 
