@@ -42,6 +42,7 @@ communication stream so the caching allocator does not reuse them early.
 from __future__ import annotations
 
 import atexit
+import collections
 import queue
 import threading
 import weakref
@@ -62,7 +63,7 @@ __all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "create", "
 
 BACKEND_NAME = "collsched"
 _R = dist.ReduceOp
-_SCHEDULE_OPS = frozenset({_R.SUM, _R.PRODUCT, _R.MIN, _R.MAX, _R.AVG})
+_OPS = frozenset({_R.SUM, _R.PRODUCT, _R.MIN, _R.MAX, _R.AVG, _R.BAND, _R.BOR, _R.BXOR})
 _SHUTDOWN_TIMEOUT_S = 30.0
 
 Job = Callable[[], Any]
@@ -304,6 +305,8 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self._queue = _IssueQueue(f"r{rank}")
         self._streams: dict[int, Any] = {}
         self._closed = False
+        self.executed: collections.Counter[str] = collections.Counter()
+        """How many collectives ran each way, as ``kind/algorithm`` (``direct``, ``native``): for tests and tuning."""
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ identity
@@ -403,20 +406,28 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self,
         kind: Kind,
         group: dist.ProcessGroup,
-        tensor: torch.Tensor,
+        tensor: torch.Tensor | None,
         output: torch.Tensor | None = None,
         *,
+        nbytes: int,
         op: dist.ReduceOp.RedOpType = _R.SUM,
         root: int | None = None,
-        nbytes: int | None = None,
     ) -> None:
-        """Run the policy's schedule for ``kind`` on contiguous 1-D tensors (or the direct fallback)."""
-        choice = self._choose(kind, _nbytes(tensor) if nbytes is None else nbytes)
-        if choice.algorithm == DIRECT or _run_schedule is None:
+        """Run the policy's schedule for ``kind`` on contiguous 1-D tensors (or the direct fallback).
+
+        Tensors follow ``runners.runner.run``: in-place kinds use ``tensor``;
+        ``tensor`` is None on the non-roots of scatter and ``output`` on the
+        non-roots of gather; a barrier has neither. ``nbytes`` is the size the
+        policy sees (nccl-tests conventions), identical on every rank.
+        """
+        choice = self._choose(kind, nbytes)
+        if choice.algorithm == DIRECT or run is None:
+            self.executed[f"{kind}/{DIRECT}"] += 1
             _direct(kind, group, tensor, output, op=op, root=root)
             return
+        self.executed[f"{kind}/{choice}"] += 1
         sched = schedule(kind, choice, self.size(), root)
-        _run_schedule(sched, tensor, output, op=op, group=group)
+        run(sched, tensor, output, op=op, group=group, timeout=self._timeout)
 
     # ------------------------------------------------------------------ all-reduce
 
@@ -438,11 +449,8 @@ class CollschedProcessGroup(dist.ProcessGroup):
         return self._submit("allreduce", tensors, job)
 
     def _allreduce_one(self, group: dist.ProcessGroup, t: torch.Tensor, op: Any, opts: Any) -> None:
-        if op not in _SCHEDULE_OPS:
-            group.allreduce([t], opts).wait()
-            return
         flat = _flat(t)
-        self._execute(Kind.ALLREDUCE, group, flat, op=op)
+        self._execute(Kind.ALLREDUCE, group, flat, op=op, nbytes=_nbytes(flat))
         _write_back(t, flat)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
@@ -484,7 +492,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         def job() -> list[torch.Tensor]:
             for t in tensors:
                 flat = _flat(t)
-                self._execute(Kind.BROADCAST, group, flat, root=root)
+                self._execute(Kind.BROADCAST, group, flat, root=root, nbytes=_nbytes(flat))
                 _write_back(t, flat)
             return tensors
 
@@ -503,14 +511,11 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
         def job() -> list[torch.Tensor]:
             for t in tensors:
-                if op not in _SCHEDULE_OPS:
-                    group.reduce([t], opts).wait()
-                    continue
                 flat = _flat(t)
                 # The schedule may leave partial sums in non-root buffers; torch
                 # promises nothing there, but we keep the caller's data intact.
                 work = flat if self.rank() == root else flat.clone()
-                self._execute(Kind.REDUCE, group, work, op=op, root=root)
+                self._execute(Kind.REDUCE, group, work, op=op, root=root, nbytes=_nbytes(work))
                 if self.rank() == root:
                     _write_back(t, flat)
             return tensors
@@ -544,6 +549,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         _check_same([*outs, t], "allgather")
         if any(o.numel() != t.numel() for o in outs):
             flats = [_flat(o) for o in outs]
+            self.executed[f"{Kind.ALLGATHER}/{DIRECT}"] += 1
             direct.allgather(group, flats, _flat(t))
             for o, f in zip(outs, flats, strict=True):
                 _write_back(o, f)
@@ -626,7 +632,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         if native is not None:
             return native.reduce_scatter(output_tensors, input_tensors, opts)
         op = _op_of(opts)
-        self._check_op(op, "reduce_scatter", schedules_only=True)
+        self._check_op(op, "reduce_scatter")
         for ins in input_tensors:
             self._check_count(ins, "reduce_scatter input list")
         group = self._group(_device_type(output_tensors, "reduce_scatter"))
@@ -636,12 +642,13 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 _check_same([out, *ins], "reduce_scatter")
                 if any(i.numel() != out.numel() for i in ins):
                     flat = _flat(out)
+                    self.executed[f"{Kind.REDUCESCATTER}/{DIRECT}"] += 1
                     direct.reduce_scatter(group, flat, [_flat(i) for i in ins], op)
                     _write_back(out, flat)
                     continue
                 src = torch.cat([i.reshape(-1) for i in ins])
                 flat = _flat(out)
-                self._execute(Kind.REDUCESCATTER, group, src, flat, op=op)
+                self._execute(Kind.REDUCESCATTER, group, src, flat, op=op, nbytes=_nbytes(src))
                 _write_back(out, flat)
             return output_tensors
 
@@ -654,7 +661,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         if native is not None:
             return native.reduce_scatter_single(output, input, opts)
         op = _op_of(opts)
-        self._check_op(op, "reduce_scatter_tensor", schedules_only=True)
+        self._check_op(op, "reduce_scatter_tensor")
         self._check_gather_sizes(input, output, "reduce_scatter_tensor")
         group = self._group(_device_type([input], "reduce_scatter_tensor"))
 
@@ -668,7 +675,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     def _scatter_from(self, group: dist.ProcessGroup, output: torch.Tensor, input: torch.Tensor, op: Any) -> None:
         out = _flat(output)
-        self._execute(Kind.REDUCESCATTER, group, _flat(input), out, op=op)
+        self._execute(Kind.REDUCESCATTER, group, _flat(input), out, op=op, nbytes=_nbytes(input))
         _write_back(output, out)
 
     def reduce_scatter_single_coalesced(
@@ -680,7 +687,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         if native is not None:
             return native.reduce_scatter_single_coalesced(outputs, inputs, opts)
         op = _op_of(opts)
-        self._check_op(op, "reduce_scatter_tensor_coalesced", schedules_only=True)
+        self._check_op(op, "reduce_scatter_tensor_coalesced")
         for o, i in zip(outputs, inputs, strict=True):
             self._check_gather_sizes(i, o, "reduce_scatter_tensor_coalesced")
         group = self._group(_device_type(inputs, "reduce_scatter_tensor_coalesced"))
@@ -717,17 +724,12 @@ class CollschedProcessGroup(dist.ProcessGroup):
         group = self._group(_device_type(input_tensors, "gather"))
 
         def job() -> list[list[torch.Tensor]]:
-            even = outs is None or all(o.numel() == t.numel() for o in outs)
-            choice = self._choose(Kind.GATHER, _nbytes(t) * self.size())
-            if not even or choice.algorithm == DIRECT or _run_schedule is None:
-                flats = None if outs is None else [_flat(o) for o in outs]
-                direct.gather(group, flats, _flat(t), root)
-                for o, f in zip(outs or [], flats or [], strict=True):
-                    _write_back(o, f)
-                return output_tensors
-            out = torch.empty(self.size() * t.numel() if me == root else 0, dtype=t.dtype, device=t.device)
-            _run_schedule(schedule(Kind.GATHER, choice, self.size(), root), _flat(t), out, op=_R.SUM, group=group)
-            for o, piece in zip(outs or [], out.chunk(self.size()), strict=True):
+            if outs is not None and any(o.numel() != t.numel() for o in outs):
+                # Only the root knows the sizes; torch's gloo rejects this case, and so do we.
+                raise ValueError("collsched gather: every gather_list tensor must have the input's size")
+            out = torch.empty(self.size() * t.numel(), dtype=t.dtype, device=t.device) if outs is not None else None
+            self._execute(Kind.GATHER, group, _flat(t), out, root=root, nbytes=_nbytes(t) * self.size())
+            for o, piece in zip(outs or [], out.chunk(self.size()) if out is not None else [], strict=True):
                 o.copy_(piece.view(o.shape))
             return output_tensors
 
@@ -754,14 +756,11 @@ class CollschedProcessGroup(dist.ProcessGroup):
         group = self._group(_device_type(output_tensors, "scatter"))
 
         def job() -> list[torch.Tensor]:
-            even = ins is None or all(i.numel() == t.numel() for i in ins)
-            choice = self._choose(Kind.SCATTER, _nbytes(t) * self.size())
+            if ins is not None and any(i.numel() != t.numel() for i in ins):
+                raise ValueError("collsched scatter: every scatter_list tensor must have the output's size")
             flat = _flat(t)
-            if not even or choice.algorithm == DIRECT or _run_schedule is None:
-                direct.scatter(group, flat, None if ins is None else [_flat(i) for i in ins], root)
-            else:
-                src = torch.cat([i.reshape(-1) for i in ins]) if ins is not None else flat.new_empty(0)
-                _run_schedule(schedule(Kind.SCATTER, choice, self.size(), root), src, flat, op=_R.SUM, group=group)
+            src = torch.cat([i.reshape(-1) for i in ins]) if ins is not None else None
+            self._execute(Kind.SCATTER, group, src, flat, root=root, nbytes=_nbytes(t) * self.size())
             _write_back(t, flat)
             return output_tensors
 
@@ -793,11 +792,12 @@ class CollschedProcessGroup(dist.ProcessGroup):
         if all(t.numel() == n for t in (*outs, *ins)):
             src = torch.cat([t.reshape(-1) for t in ins])
             dst = torch.empty_like(src)
-            self._execute(Kind.ALLTOALL, group, src, dst)
+            self._execute(Kind.ALLTOALL, group, src, dst, nbytes=_nbytes(src))
             for o, piece in zip(outs, dst.chunk(self.size()), strict=True):
                 o.copy_(piece.view(o.shape))
             return
         flats = [_flat(o) for o in outs]
+        self.executed[f"{Kind.ALLTOALL}/{DIRECT}"] += 1
         direct.alltoall(group, flats, [_flat(i) for i in ins])
         for o, f in zip(outs, flats, strict=True):
             _write_back(o, f)
@@ -849,8 +849,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         group = self._inner["cpu"]
 
         def job() -> list[torch.Tensor]:
-            token = torch.ones(1, dtype=torch.int32)
-            self._execute(Kind.BARRIER, group, token, op=_R.MAX, nbytes=0)
+            self._execute(Kind.BARRIER, group, None, nbytes=0)
             return []
 
         return self._submit("barrier", [], job)
@@ -898,11 +897,10 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 f"got {big.numel()}"
             )
 
-    def _check_op(self, op: Any, what: str, *, schedules_only: bool = False) -> None:
-        """Schedules serve SUM, PRODUCT, MIN, MAX, AVG; bitwise ops go to the inner backend where it has them."""
-        if op in _SCHEDULE_OPS or (not schedules_only and op in (_R.BAND, _R.BOR, _R.BXOR)):
-            return
-        raise ValueError(f"collsched {what}: reduce op {op} is not supported")
+    def _check_op(self, op: Any, what: str) -> None:
+        """Every ReduceOp but PREMUL_SUM (an nccl-only op) is served; dtype rules are the runner's."""
+        if op not in _OPS:
+            raise ValueError(f"collsched {what}: reduce op {op} is not supported (gloo does not have it either)")
 
     # ------------------------------------------------------------------ lifetime
 
@@ -930,47 +928,51 @@ class CollschedProcessGroup(dist.ProcessGroup):
         _LIVE.discard(self)
 
 
+def _pieces(t: torch.Tensor, p: int) -> list[torch.Tensor]:
+    """The p equal consecutive pieces of a 1-D tensor (also when it is empty)."""
+    return list(t.view(p, -1).unbind(0))
+
+
 def _direct(
     kind: Kind,
     group: dist.ProcessGroup,
-    tensor: torch.Tensor,
+    tensor: torch.Tensor | None,
     output: torch.Tensor | None,
     *,
     op: Any,
     root: int | None,
 ) -> None:
-    """The point-to-point implementation of one kind on contiguous 1-D tensors."""
-    p = group.size()
-    if kind is Kind.ALLREDUCE:
-        direct.allreduce(group, tensor, op)
-    elif kind is Kind.BROADCAST:
-        direct.broadcast(group, tensor, root or 0)
-    elif kind is Kind.REDUCE:
-        direct.reduce(group, tensor, root or 0, op)
-    elif kind is Kind.ALLGATHER:
-        assert output is not None
-        direct.allgather(group, list(output.chunk(p)), tensor)
-    elif kind is Kind.REDUCESCATTER:
-        assert output is not None
-        direct.reduce_scatter(group, output, list(tensor.chunk(p)), op)
-    elif kind is Kind.ALLTOALL:
-        assert output is not None
-        direct.alltoall(group, list(output.chunk(p)), list(tensor.chunk(p)))
-    elif kind is Kind.BARRIER:
+    """The point-to-point implementation of one kind, with ``runners.runner.run``'s tensor arguments."""
+    p, root = group.size(), root or 0
+    if kind is Kind.BARRIER:
         direct.barrier(group)
+    elif kind is Kind.SCATTER:
+        direct.scatter(group, _given(output), None if tensor is None else _pieces(tensor, p), root)
+    elif kind is Kind.GATHER:
+        direct.gather(group, None if output is None else _pieces(output, p), _given(tensor), root)
+    elif kind is Kind.ALLREDUCE:
+        direct.allreduce(group, _given(tensor), op)
+    elif kind is Kind.BROADCAST:
+        direct.broadcast(group, _given(tensor), root)
+    elif kind is Kind.REDUCE:
+        direct.reduce(group, _given(tensor), root, op)
+    elif kind is Kind.ALLGATHER:
+        direct.allgather(group, _pieces(_given(output), p), _given(tensor))
+    elif kind is Kind.REDUCESCATTER:
+        direct.reduce_scatter(group, _given(output), _pieces(_given(tensor), p), op)
     else:
-        raise ValueError(f"collsched: no direct implementation for {kind} here")
+        direct.alltoall(group, _pieces(_given(output), p), _pieces(_given(tensor), p))
 
 
-def _load_runner() -> Callable[..., Any] | None:
-    try:
-        from runners.runner import run
-    except ImportError:
-        return None
-    return run
+def _given(t: torch.Tensor | None) -> torch.Tensor:
+    if t is None:
+        raise ValueError("collsched: a tensor argument is missing")
+    return t
 
-
-_run_schedule = _load_runner()
+try:  # the runner (issue 5) lands on its own branch; until it is merged, every kind runs direct
+    from runners.runner import run
+except ImportError:  # pragma: no cover
+    run = None  # type: ignore[assignment]
 
 # --------------------------------------------------------------------------- registration
 

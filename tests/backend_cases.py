@@ -11,6 +11,7 @@ listing them, so one spawned job checks hundreds of cases.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
 import traceback
@@ -37,6 +38,8 @@ def free_port() -> int:
 
 def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., None], env: dict[str, str],
            args: tuple[Any, ...]) -> None:
+    # A hung collective must fail the test, not the whole suite: dump every thread's stack and exit.
+    faulthandler.dump_traceback_later(float(os.environ.get("COLLSCHED_TEST_TIMEOUT", "300")), exit=True)
     os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     import runners.backend  # noqa: F401  (registers collsched)
@@ -70,7 +73,8 @@ class Checker:
             if got.dtype != want.dtype or got.shape != want.shape:
                 raise AssertionError(f"dtype/shape {got.dtype}{tuple(got.shape)} != {want.dtype}{tuple(want.shape)}")
             if want.is_floating_point():
-                tol = 2e-2 if want.dtype in (torch.float16, torch.bfloat16) else 1e-5
+                # Reduction order differs from gloo's: allow a few roundings of a sum of O(1) values.
+                tol = {torch.bfloat16: 8e-2, torch.float16: 1e-2}.get(want.dtype, 1e-5)
                 torch.testing.assert_close(got, want, rtol=tol, atol=tol)
             elif not torch.equal(got, want):
                 raise AssertionError(f"got {got.flatten()[:8].tolist()} want {want.flatten()[:8].tolist()}")
