@@ -57,11 +57,11 @@ from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Kind
 from runners import direct
+from runners.autoload import BACKEND_NAME, register
 from runners.policy import DIRECT, Choice, Policy, schedule
 
 __all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "create", "register"]
 
-BACKEND_NAME = "collsched"
 _R = dist.ReduceOp
 _OPS = frozenset({_R.SUM, _R.PRODUCT, _R.MIN, _R.MAX, _R.AVG, _R.BAND, _R.BOR, _R.BXOR})
 _SHUTDOWN_TIMEOUT_S = 30.0
@@ -988,13 +988,6 @@ def create(opts: Any, backend_options: Any = None) -> CollschedProcessGroup:
         opts.timeout,
         global_ranks=list(opts.global_ranks_in_group),
     )
-
-
-def register() -> None:
-    """Register ``collsched`` with torch.distributed (idempotent); importing this module does it."""
-    if BACKEND_NAME.upper() in dist.Backend._plugins:
-        return
-    dist.Backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu", "cuda"])
 
 
 @atexit.register

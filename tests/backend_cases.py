@@ -53,6 +53,14 @@ def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., Non
             dist.destroy_process_group()
 
 
+def _bare_entry(rank: int, world: int, port: int, backend: str) -> None:
+    """Like ``_entry`` but never destroys the group: what a careless training script does."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import runners.backend  # noqa: F401
+
+    exit_without_destroy(rank, world, backend)
+
+
 def spawn(fn: Callable[..., None], nprocs: int, *args: Any, backend: str = "collsched",
           env: dict[str, str] | None = None) -> None:
     """Run ``fn(rank, world, *args)`` on ``nprocs`` spawned ranks inside an initialised group."""
@@ -83,10 +91,10 @@ class Checker:
 
     def run(self, case: str, body: Callable[[], None]) -> None:
         """Run one case; an exception is a failure of that case, not of the whole job."""
+        self.count += 1
         try:
             body()
         except Exception as err:  # the case failed; keep checking the others
-            self.count += 1
             self.failures.append(f"rank {self.rank} {case}: raised {type(err).__name__}: {err}"[:400])
 
     def finish(self, least: int = 1) -> None:
@@ -132,15 +140,16 @@ SIZES = (0, 1, 3, 1000, 40_003)
 # ----------------------------------------------------------------------------- reductions
 
 
-def reductions(rank: int, world: int) -> None:
+def reductions(rank: int, world: int, full: bool = False) -> None:
     """all_reduce, reduce, reduce_scatter (list and tensor) against gloo: dtypes x ops x sizes x sync/async."""
     c = Checker(rank)
     seed = 0
+    dtypes = FLOATS + INTS if full else (torch.float32, torch.bfloat16, torch.int64, torch.uint8)
     with gloo_group() as gloo:
-        for dtype in FLOATS + INTS:
+        for dtype in dtypes:
             ops = ARITH_OPS + ((R.AVG,) if dtype.is_floating_point else (R.BAND, R.BOR, R.BXOR))
             for op in ops:
-                for n in SIZES:
+                for n in SIZES if full else (0, 3, 40_003):
                     for async_op in (False, True):
                         seed += 1
                         case = f"all_reduce {dtype} {op} n={n} async={async_op}"
@@ -156,7 +165,7 @@ def reductions(rank: int, world: int) -> None:
                         seed += 1
                         case = f"reduce_scatter_tensor {dtype} {op} n={n} async={async_op}"
                         c.run(case, lambda: _reduce_scatter(c, case, gloo, rank, world, dtype, op, n, seed, async_op))
-    c.finish(least=500)
+    c.finish(least=500 if full else 200)
 
 
 def _all_reduce(c: Checker, case: str, gloo: Any, rank: int, world: int, dtype: torch.dtype, op: Any, n: int,
@@ -194,13 +203,13 @@ def _reduce_scatter(c: Checker, case: str, gloo: Any, rank: int, world: int, dty
 # ----------------------------------------------------------------------------- data movement
 
 
-def movement(rank: int, world: int) -> None:
+def movement(rank: int, world: int, full: bool = False) -> None:
     """broadcast, all_gather (list, tensor, uneven), gather, scatter, all_to_all (list, single, uneven), barrier."""
     c = Checker(rank)
     seed = 10_000
     with gloo_group() as gloo:
-        for dtype in (torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool):
-            for n in (0, 1, 5, 3001):
+        for dtype in (torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool)[:None if full else 3]:
+            for n in (0, 1, 5, 3001) if full else (0, 5, 3001):
                 for async_op in (False, True):
                     seed += 1
                     args = (c, gloo, rank, world, dtype, n, seed, async_op)
@@ -208,7 +217,7 @@ def movement(rank: int, world: int) -> None:
                         case = f"{name} {dtype} n={n} async={async_op}"
                         c.run(case, lambda body=body, case=case: body(case, *args))
         c.run("barrier", lambda: [wait(dist.barrier(async_op=a), a) for a in (False, True)])
-    c.finish(least=300)
+    c.finish(least=300 if full else 90)
 
 
 def _input(dtype: torch.dtype, n: int, rank: int, seed: int) -> torch.Tensor:
@@ -490,3 +499,215 @@ def run_all(rank: int, world: int) -> None:
         except AssertionError:
             traceback.print_exc()
             raise
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _mlp(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 4))
+
+
+def _batches(rank: int, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    out = []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        out.append((torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)))
+    return out
+
+
+def ddp_training(rank: int, world: int) -> None:
+    """Five SGD steps of DDP on collsched end within rounding of the same steps on gloo."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from runners.backend import CollschedProcessGroup
+
+    c = Checker(rank)
+    pg = dist.group.WORLD
+    if not isinstance(pg, CollschedProcessGroup):
+        raise AssertionError(f"the default group is a {type(pg).__name__}, not collsched")
+    with gloo_group() as gloo:
+        final = {}
+        for name, group in (("collsched", pg), ("gloo", gloo)):
+            model = _mlp(seed=rank)  # different on every rank: DDP's initial broadcast must fix that
+            # Small buckets: several allreduces per step, issued while backward is still running.
+            ddp = DDP(model, process_group=group, bucket_cap_mb=0.004)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+            for x, y in _batches(rank, 5):
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(ddp(x), y).backward()
+                opt.step()
+            final[name] = [p.detach().clone() for p in model.parameters()]
+        for i, (a, b) in enumerate(zip(final["collsched"], final["gloo"], strict=True)):
+            c.equal(f"DDP parameter {i}", a, b)
+    if pg.executed["allreduce/" + str(pg.policy.choose("allreduce", 1 << 14, world))] == 0:
+        c.failures.append(f"rank {rank}: DDP ran no allreduce schedule: {dict(pg.executed)}")
+    c.finish(least=6)
+
+
+def fsdp2_training(rank: int, world: int) -> None:
+    """Three steps of FSDP2 (fully_shard) on collsched end within rounding of the same steps on gloo."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    c = Checker(rank)
+    with gloo_group() as gloo:
+        final = {}
+        for name, group in (("collsched", dist.group.WORLD), ("gloo", gloo)):
+            mesh = DeviceMesh.from_group(group, "cpu")
+            model = _mlp(seed=0)
+            for layer in model:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+            for x, y in _batches(rank, 3):
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+            final[name] = [p.full_tensor().detach().clone() for p in model.parameters()]  # type: ignore[attr-defined]
+        for i, (a, b) in enumerate(zip(final["collsched"], final["gloo"], strict=True)):
+            c.equal(f"FSDP2 parameter {i}", a, b)
+    executed = dist.group.WORLD.executed  # type: ignore[union-attr]
+    if not any(k.startswith("allgather/") for k in executed) or not any(k.startswith("reducescatter/") for k in executed):
+        c.failures.append(f"rank {rank}: FSDP2 did not all-gather and reduce-scatter through collsched: {dict(executed)}")
+    c.finish(least=6)
+
+
+# ----------------------------------------------------------------------------- Work semantics
+
+
+def work_semantics(rank: int, world: int) -> None:
+    """Issue order, is_completed/get_future, errors raised by wait(), timeouts, the group surviving an error."""
+    import time
+    from datetime import timedelta
+
+    c = Checker(rank)
+    # Many outstanding collectives, big ones first: they complete in issue order.
+    order: list[int] = []
+    tensors = [torch.full((200_000 // (i + 1),), float(rank + i)) for i in range(12)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    for i, w in enumerate(works):
+        w.get_future().then(lambda _f, i=i: order.append(i))
+    for w in works:
+        w.wait()
+    time.sleep(0.05)  # the last callback runs on the worker thread
+    c.run("issue order", lambda: _same(order, list(range(12))))
+    for i, t in enumerate(tensors):
+        want = sum(float(r + i) for r in range(world))
+        c.equal(f"outstanding all_reduce {i}", t, torch.full_like(t, want))
+    c.run("is_completed after wait", lambda: _same([w.is_completed() for w in works], [True] * 12))
+    fut_value = works[0].get_future().value()
+    c.run("future holds the output", lambda: _same(fut_value[0] is tensors[0], True))
+
+    # An error in a queued collective: wait() raises it, on every rank, and the group stays usable.
+    def failing() -> None:
+        w = dist.all_reduce(torch.ones(4), op=R.BAND, async_op=True)  # BAND on floats: torch's rules forbid it
+        try:
+            w.wait()
+        except Exception as err:
+            if "BAND" not in str(err):
+                raise AssertionError(f"error does not name the op: {err}") from err
+        else:
+            raise AssertionError("wait() returned although the collective failed")
+        _same((w.is_completed(), w.is_success(), w.exception() is not None), (True, False, True))
+        try:
+            w.get_future().wait()
+        except Exception:
+            pass
+        else:
+            raise AssertionError("the future completed without the error")
+        try:
+            dist.all_reduce(torch.ones(4), op=R.BAND)
+        except Exception:
+            pass
+        else:
+            raise AssertionError("a synchronous failing all_reduce did not raise")
+    c.run("error surfaces", failing)
+    t = torch.ones(3)
+    c.run("usable after error", lambda: dist.all_reduce(t))
+    c.equal("usable after error", t, torch.full((3,), float(world)))
+
+    # wait(timeout) gives up while a peer is late, and a later wait() still succeeds.
+    def timed() -> None:
+        if rank == 1:
+            time.sleep(1.5)
+        x = torch.ones(2)
+        w = dist.all_reduce(x, async_op=True)
+        if rank == 0:
+            try:
+                w.wait(timedelta(milliseconds=200))
+            except TimeoutError:
+                pass
+            else:
+                raise AssertionError("wait(200 ms) returned while rank 1 was still asleep")
+            _same(w.is_completed(), False)
+        w.wait()
+        _same(x.tolist(), [float(world)] * 2)
+    c.run("wait timeout", timed)
+    c.finish(least=17)
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def per_device_string(rank: int, world: int, config: str) -> None:
+    """``init_process_group(config)``: CPU tensors run on gloo's own collectives or on schedules as mapped."""
+    from runners.backend import CollschedProcessGroup
+
+    dist.init_process_group(config, rank=rank, world_size=world)
+    c = Checker(rank)
+    pg = dist.group.WORLD
+    if not isinstance(pg, CollschedProcessGroup):
+        raise AssertionError(f"{config}: the default group is a {type(pg).__name__}")
+    with gloo_group() as gloo:
+        x = make(torch.float32, 1001, rank, 500)
+        y = x.clone()
+        dist.all_reduce(x)
+        dist.all_reduce(y, group=gloo)
+        c.equal(f"{config} all_reduce", x, y)
+        outs = [torch.empty(3, dtype=torch.int64) for _ in range(world)]
+        dist.all_gather(outs, torch.full((3,), rank))
+        c.equal(f"{config} all_gather", torch.stack(outs), torch.stack([torch.full((3,), s) for s in range(world)]))
+        dist.barrier()
+    native = config.startswith("cpu:gloo")
+    ran = sum(v for k, v in pg.executed.items() if not k.startswith("barrier"))
+    if native and ran:
+        c.failures.append(f"rank {rank}: {config}: CPU collectives ran schedules: {dict(pg.executed)}")
+    if not native and not ran:
+        c.failures.append(f"rank {rank}: {config}: CPU collectives did not run schedules")
+    c.finish(least=2)
+
+
+def bad_policy(rank: int, world: int) -> None:
+    """An unknown algorithm in COLLSCHED_ALGORITHMS fails init_process_group on every rank, naming it."""
+    from runners.policy import PolicyError
+
+    try:
+        dist.init_process_group("collsched", rank=rank, world_size=world)
+    except PolicyError as err:
+        if "allreduce" not in str(err) or "nope" not in str(err) or "ring" not in str(err):
+            raise AssertionError(f"unclear error: {err}") from err
+        return
+    raise AssertionError("init_process_group accepted allreduce=nope")
+
+
+def exit_without_destroy(rank: int, world: int, backend: str) -> None:
+    """Initialise, leave a collective outstanding and return without destroy_process_group."""
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    sub = dist.new_group(backend=backend)
+    x = torch.ones(1000)
+    dist.all_reduce(x)
+    dist.all_reduce(x, group=sub, async_op=True)  # never waited on
+    dist.barrier()
+
+
+if __name__ == "__main__":  # python -m tests.backend_cases exit BACKEND: the process must exit with status 0
+    import sys
+
+    import runners.backend  # noqa: F401
+
+    os.environ["COLLSCHED_TEST_TIMEOUT"] = "60"
+    mp.spawn(_bare_entry, args=(2, free_port(), sys.argv[2]), nprocs=2, join=True)
