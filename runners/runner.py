@@ -224,7 +224,9 @@ def _metadata(schedule: Schedule, plan: RankPlan, tensor: Any, output: Any, op: 
     numel_out = output.numel() if isinstance(output, torch.Tensor) else -1
     dtype = _dtype_index(t.dtype) if t is not None else -1
     kind = list(Kind).index(schedule.collective.kind)
-    return [code, detail, n, numel_in, numel_out, dtype, op, plan.fingerprint, kind, schedule.ranks, 0, 0]
+    root = -1 if schedule.collective.root is None else schedule.collective.root
+    return [code, detail, n, numel_in, numel_out, dtype, op, plan.fingerprint, kind, schedule.ranks,
+            schedule.collective.chunks, root]
 
 
 def _describe_error(schedule: Schedule, rank: int, row: list[int]) -> str:
@@ -268,10 +270,17 @@ def _shape_rule(kind: Kind) -> str:
 def _check_table(schedule: Schedule, table: list[list[int]]) -> None:
     """Raise the same InputError on every rank when any rank's metadata is bad or inconsistent."""
     what = f"run({schedule.name} {schedule.collective.describe()})"
+    fingerprints = {row[7] for row in table}
+    if len(fingerprints) > 1:
+        # Each rank names its own schedule here, so say everything from the table alone.
+        kinds = list(Kind)
+        detail = ", ".join(f"rank {r}: {kinds[row[8]]} p={row[9]} C={row[10]}"
+                           f"{'' if row[11] < 0 else f' root={row[11]}'} #{row[7]:08x}" for r, row in enumerate(table))
+        raise InputError(f"run: ranks disagree on the schedule ({detail})")
     bad = [_describe_error(schedule, r, row) for r, row in enumerate(table) if row[0] != _OK]
     if bad:
         raise InputError(f"{what}: invalid input: " + "; ".join(bad))
-    for field, name in ((7, "schedule"), (6, "op"), (5, "dtype"), (2, "per-rank element count")):
+    for field, name in ((6, "op"), (5, "dtype"), (2, "per-rank element count")):
         values = [row[field] for row in table]
         if len(set(values)) > 1:
             if field == 6:
@@ -725,5 +734,6 @@ def run(
     if coll.kind is not Kind.BARRIER and _OP_NAMES[opi] == "AVG" and coll.kind in _REDUCING:
         if coll.kind is not Kind.REDUCE or rank == coll.root:
             assert result is not None
-            result.div_(p)
+            # As gloo does: complex values are divided as (re, im) pairs of reals.
+            (torch.view_as_real(result) if result.is_complex() else result).div_(p)
     return result
