@@ -301,16 +301,65 @@ def _check_table(schedule: Schedule, table: list[list[int]]) -> None:
                              f"output {row[4]}; with {n} elements per rank it needs {want_in} and {want_out}")
 
 
-# torch 2.13 renamed all_gather_into_tensor; older versions only have the old name.
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+# Tags at and above this carry the runner's own messages; transfer tags (transfer ids) stay below.
+_META_TAG = 1 << 30
 
 
-def _exchange(table_row: list[int], group: Any, device: torch.device, p: int) -> list[list[int]]:
-    mine = torch.tensor(table_row, dtype=torch.int64, device=device)
-    out = torch.empty(p * len(table_row), dtype=torch.int64, device=device)
-    _all_gather(out, mine, group=group)
-    flat = out.tolist()
-    return [flat[r * len(table_row):(r + 1) * len(table_row)] for r in range(p)]
+def _exchange(row: list[int], group: Any, device: torch.device, rank: int, p: int, deadline: float,
+              what: str) -> list[list[int]]:
+    """Every rank's metadata row, by point-to-point messages so that a missing peer can be named."""
+    globals_ = [dist.get_global_rank(group, r) if group is not None else r for r in range(p)]
+    mine = torch.tensor(row, dtype=torch.int64, device=device)
+    rows = torch.empty(p, len(row), dtype=torch.int64, device=device)
+    rows[rank] = mine
+    # Posting order is the same on every pair (receives then sends, by rank): nccl matches by order.
+    works = [(r, "receive from", dist.irecv(rows[r], globals_[r], group=group, tag=_META_TAG))
+             for r in range(p) if r != rank]
+    works += [(r, "send to", dist.isend(mine, globals_[r], group=group, tag=_META_TAG)) for r in range(p) if r != rank]
+    for r, verb, work in works:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError("timed out")
+            work.wait(timedelta(seconds=left))
+        except Exception as e:
+            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            head = (f"rank {rank} (global rank {globals_[rank]}): {what}: before step 0, exchanging metadata: "
+                    f"{verb} peer rank {r} (global rank {globals_[r]})")
+            if "timed out" in text.lower() or isinstance(e, TimeoutError):
+                raise RunTimeout(f"{head} did not complete in time; is rank {r} running the same run()? "
+                                 f"({text})") from e
+            raise RunError(f"{head} failed ({_peer_report(globals_[r]) or text})") from e
+    return rows.tolist()
+
+
+def _store() -> Any:
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:
+        return None
+
+
+def _report_failure(me: int, text: str) -> None:
+    """Leave a note in the group's store that this rank failed, for peers that fail because it exits."""
+    store = _store()
+    if store is not None:
+        try:
+            store.set(f"collsched/run-failed/{me}", text)
+        except Exception:  # the store may be gone with the rank that hosted it
+            pass
+
+
+def _peer_report(peer: int) -> str | None:
+    """The note of a peer that failed first, if it left one."""
+    store = _store()
+    key = f"collsched/run-failed/{peer}"
+    try:
+        if store is not None and store.check([key]):
+            return f"rank {peer} had failed first: {store.get(key).decode(errors='replace')}"
+    except Exception:
+        pass
+    return None
 
 
 # ---------------------------------------------------------------------------- buffers and ops
@@ -424,13 +473,13 @@ class _Context:
     """What an engine needs besides the plan: buffers, peers, op, deadline and error reporting."""
 
     def __init__(self, plan: RankPlan, bufs: _Buffers, group: Any,
-                 combine: Callable[[torch.Tensor, torch.Tensor], None], timeout: float) -> None:
+                 combine: Callable[[torch.Tensor, torch.Tensor], None], timeout: float, deadline: float) -> None:
         self.plan = plan
         self.bufs = bufs
         self.group = group
         self.combine = combine
         self.timeout = timeout
-        self.deadline = time.monotonic() + timeout
+        self.deadline = deadline
         self.globals = [dist.get_global_rank(group, r) if group is not None else r
                         for r in range(plan.schedule.ranks)]
 
@@ -443,10 +492,16 @@ class _Context:
         return self.bufs.slot(t.dst_buf, t.dst_index, t.count)
 
     def isend(self, it: Item) -> Any:
-        return dist.isend(_bytes(self.src(it)), self.globals[it.peer], group=self.group, tag=it.tid)
+        try:
+            return dist.isend(_bytes(self.src(it)), self.globals[it.peer], group=self.group, tag=it.tid)
+        except Exception as e:  # posting to a pair whose peer is gone fails at once
+            raise self.failure(it, e) from e
 
     def irecv(self, it: Item, into: torch.Tensor) -> Any:
-        return dist.irecv(_bytes(into), self.globals[it.peer], group=self.group, tag=it.tid)
+        try:
+            return dist.irecv(_bytes(into), self.globals[it.peer], group=self.group, tag=it.tid)
+        except Exception as e:
+            raise self.failure(it, e) from e
 
     def apply(self, it: Item, data: torch.Tensor) -> None:
         if it.transfer.op is Op.REDUCE:
@@ -473,7 +528,10 @@ class _Context:
         if "timed out" in text.lower() or "timeout" in text.lower() or isinstance(error, TimeoutError):
             return RunTimeout(f"{head} did not complete within {self.timeout:g} s; waiting on peer {peer} "
                               f"({text})")
-        return RunError(f"{head} failed: peer {peer} ({text})")
+        note = _peer_report(self.globals[it.peer])
+        failure = f"{head} failed: peer {peer} ({note or text})"
+        _report_failure(self.globals[plan.rank], f"{it.describe()}: {verb} peer {peer} failed ({text})")
+        return RunError(failure)
 
     def wait(self, it: Item, work: Any) -> None:
         left = self.deadline - time.monotonic()
@@ -711,7 +769,9 @@ def run(
     devices = _devices_of(group)
     code, detail, n = _local_check(schedule, rank, tensor, output, opi, devices)
     row = _metadata(schedule, plan, tensor, output, opi, code, detail, n)
-    table = _exchange(row, group, _meta_device(group), p) if p > 1 else [row]
+    deadline = time.monotonic() + seconds
+    what = f"{schedule.name} {coll.describe()}"
+    table = _exchange(row, group, _meta_device(group), rank, p, deadline, what) if p > 1 else [row]
     _check_table(schedule, table)
     result = output if not coll.in_place else tensor
     if coll.kind is not Kind.BARRIER:
@@ -725,7 +785,7 @@ def run(
     else:
         device, dtype = ref.device, ref.dtype
     bufs = _Buffers(schedule, plan, tensor, output, n, dtype, device)
-    ctx = _Context(plan, bufs, group, _combine(opi, coll.kind), seconds)
+    ctx = _Context(plan, bufs, group, _combine(opi, coll.kind), seconds, deadline)
     if device.type == "cuda":
         _execute_stream(ctx)
     else:

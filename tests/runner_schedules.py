@@ -9,6 +9,8 @@ transfers and local copies. Each one passes ``sim.verify.verify``.
 
 from __future__ import annotations
 
+import itertools
+
 from algorithms.builder import ScheduleBuilder
 from algorithms.ir import Buf, Collective, Kind, Schedule
 
@@ -29,7 +31,7 @@ def chain_reduce(p: int, root: int, k: int) -> Schedule:
     """A chain through scratch: rank root+1+i passes its partial sum on, chunk by chunk."""
     b = ScheduleBuilder(Collective(Kind.REDUCE, p, k, root), "test-chain", scratch_chunks=k)
     order = [(root + 1 + i) % p for i in range(p - 1)] + [root]
-    for a, nxt in zip(order, order[1:], strict=False):
+    for a, nxt in itertools.pairwise(order):
         with b.step():
             for c in range(k):
                 b.reduce(a, nxt, c)

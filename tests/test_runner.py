@@ -291,6 +291,8 @@ def killed_peer_job(rank: int) -> str:
         run(sched, torch.ones(1 << 20), timeout=120)
     except RunError as e:
         return f"{type(e).__name__}: {e}"
+    except Exception as e:
+        return f"unexpected {type(e).__name__}: {e}"
     return "finished"
 
 
@@ -305,12 +307,25 @@ def test_a_killed_peer_makes_the_others_fail_naming_it() -> None:
         assert "peer rank 2" in o.value and "step" in o.value, o.value
 
 
-def silent_peer_job(rank: int) -> str:
-    """Rank 1 never joins the run (but stays alive); rank 0 must time out naming it."""
-    sched = registry.get("allreduce", "ring").build(2)
-    if rank == 1:
+def silent_peer_job(rank: int, stall: bool) -> str:
+    """Rank 1 never joins the run, or (``stall``) joins and stops after its first send; it stays alive."""
+    sched = registry.get("allreduce", "ring").build(2, chunks=2)
+    if rank == 1 and not stall:
         time.sleep(4)
         return "stayed out"
+    if rank == 1:
+        isend = dist.isend
+
+        def isend_then_stall(*args: Any, **kwargs: Any) -> Any:
+            isend(*args, **kwargs)
+            time.sleep(4)
+            raise KeyboardInterrupt("stalled on purpose")
+
+        dist.isend = isend_then_stall  # type: ignore[assignment]
+        try:
+            run(sched, torch.ones(100), timeout=60)
+        except KeyboardInterrupt:
+            return "stalled"
     try:
         run(sched, torch.ones(100), timeout=1.5)
     except RunTimeout as e:
@@ -319,11 +334,12 @@ def silent_peer_job(rank: int) -> str:
 
 
 def test_a_run_that_cannot_finish_times_out_naming_step_and_peer() -> None:
-    results = spawn(silent_peer_job, 2, timeout=200)
-    assert results[1] == "stayed out"
-    message = results[0]
-    assert message.startswith("RunTimeout"), message
-    assert "step 0" in message and "peer rank 1" in message and "1.5 s" in message, message
+    absent, stalled = (spawn(silent_peer_job, 2, stall, timeout=200) for stall in (False, True))
+    assert absent[1] == "stayed out" and stalled[1] == "stalled"
+    assert absent[0].startswith("RunTimeout"), absent[0]
+    assert "before step 0" in absent[0] and "peer rank 1" in absent[0], absent[0]
+    assert stalled[0].startswith("RunTimeout"), stalled[0]
+    assert "step 0 transfer" in stalled[0] and "peer rank 1" in stalled[0] and "1.5 s" in stalled[0], stalled[0]
 
 
 def test_run_needs_an_initialised_group() -> None:
