@@ -86,8 +86,11 @@ def _child(rank: int, nprocs: int, port: int, backend: str, timeout: float | Non
            args: tuple[Any, ...], results: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
+    import torch
     import torch.distributed as dist
 
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)  # as torchrun does for several processes per node
     try:
         init(backend, timeout=timeout)
         value = fn(rank, *args)

@@ -62,7 +62,7 @@ from algorithms.errors import CollschedError
 from algorithms.ir import Buf, Kind, Op, Schedule
 from runners.plan import Item, RankPlan, Role, rank_plan
 
-__all__ = ["SUPPORTED_DTYPES", "InputError", "RunError", "RunTimeout", "run", "staging_bytes"]
+__all__ = ["SUPPORTED_DTYPES", "InputError", "RunError", "RunTimeout", "release_memory", "run", "staging_bytes"]
 
 ReduceOp = dist.ReduceOp
 
@@ -464,6 +464,55 @@ class _Buffers:
             user.copy_(work)
 
 
+class _StagingPool:
+    """Staging buffers kept between runs: fresh large allocations cost a page fault per page.
+
+    Holds at most ``limit`` bytes of free buffers (the staging bound of the
+    largest recent run, so a steady training loop reuses them); anything
+    beyond is released. ``release_memory()`` empties it.
+    """
+
+    def __init__(self) -> None:
+        self.free: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
+        self.held = 0
+        self.limit = 0
+
+    def take(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        stack = self.free.get((numel, dtype, device))
+        if stack:
+            t = stack.pop()
+            self.held -= t.numel() * t.element_size()
+            return t
+        return torch.empty(numel, dtype=dtype, device=device)
+
+    def give(self, t: torch.Tensor) -> None:
+        size = t.numel() * t.element_size()
+        if self.held + size <= self.limit:
+            self.free.setdefault((t.numel(), t.dtype, t.device), []).append(t)
+            self.held += size
+
+    def reserve(self, nbytes: int) -> None:
+        """Let the pool keep ``nbytes`` (a run's staging bound); forget buffers of other shapes if over."""
+        if nbytes > self.limit:
+            self.limit = nbytes
+        elif self.held > nbytes:
+            self.clear()
+            self.limit = nbytes
+
+    def clear(self) -> None:
+        self.free.clear()
+        self.held = 0
+
+
+_STAGING = _StagingPool()
+
+
+def release_memory() -> None:
+    """Free the staging buffers the runner keeps between runs."""
+    _STAGING.clear()
+    _STAGING.limit = 0
+
+
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     # Messages travel as bytes: every dtype then moves the same way on every backend.
     return t.view(torch.uint8) if t.dtype is not torch.uint8 else t
@@ -559,6 +608,7 @@ def _execute_host(ctx: _Context) -> None:
     dtype, device = ctx.bufs.bufs[Buf.INPUT if Buf.INPUT in ctx.bufs.bufs else Buf.OUTPUT].dtype, \
         ctx.bufs.bufs[Buf.INPUT if Buf.INPUT in ctx.bufs.bufs else Buf.OUTPUT].device
     budget = plan.budget_chunks
+    _STAGING.reserve(budget * s * torch.empty(0, dtype=dtype).element_size())
     next_staged = 0
     done = 0
     # An explicit queue instead of recursion: chains of local transfers can be long.
@@ -573,7 +623,7 @@ def _execute_host(ctx: _Context) -> None:
             if count > budget:
                 return
             budget -= count
-            buf = torch.empty(count * s, dtype=dtype, device=device)
+            buf = _STAGING.take(count * s, dtype, device)
             held[i] = buf
             works[i] = ctx.irecv(items[i], buf)
             heappush(heap, i)
@@ -610,6 +660,8 @@ def _execute_host(ctx: _Context) -> None:
                 if arrived[i] and deps_left[i] == 0 and after_left[i] == 0:
                     data = held.pop(i)
                     ctx.apply(it, data)
+                    if it.role is Role.RECV:
+                        _STAGING.give(data)
                     if it.role is Role.RECV:
                         budget += it.transfer.count
                         post_staged()
