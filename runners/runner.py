@@ -312,10 +312,15 @@ def _exchange(row: list[int], group: Any, device: torch.device, rank: int, p: in
     mine = torch.tensor(row, dtype=torch.int64, device=device)
     rows = torch.empty(p, len(row), dtype=torch.int64, device=device)
     rows[rank] = mine
-    # Posting order is the same on every pair (receives then sends, by rank): nccl matches by order.
-    works = [(r, "receive from", dist.irecv(rows[r], globals_[r], group=group, tag=_META_TAG))
-             for r in range(p) if r != rank]
-    works += [(r, "send to", dist.isend(mine, globals_[r], group=group, tag=_META_TAG)) for r in range(p) if r != rank]
+    # Every rank posts its messages in one global order (message src -> dst, by src then dst), so
+    # both ends of a pair post them in the same order: nccl matches by order and ignores tags.
+    works: list[tuple[int, str, Any]] = []
+    for src in range(p):
+        if src == rank:
+            works += [(dst, "send to", dist.isend(mine, globals_[dst], group=group, tag=_META_TAG))
+                      for dst in range(p) if dst != rank]
+        else:
+            works.append((src, "receive from", dist.irecv(rows[src], globals_[src], group=group, tag=_META_TAG)))
     for r, verb, work in works:
         left = deadline - time.monotonic()
         try:

@@ -28,6 +28,7 @@ R = dist.ReduceOp
 OPS = {"SUM": R.SUM, "PRODUCT": R.PRODUCT, "MIN": R.MIN, "MAX": R.MAX, "AVG": R.AVG, "BAND": R.BAND,
        "BOR": R.BOR, "BXOR": R.BXOR}
 REDUCING = {Kind.ALLREDUCE, Kind.REDUCE, Kind.REDUCESCATTER}
+DEVICE = [torch.device("cpu")]  # tests/gpu sets this to the rank's GPU in its processes
 
 
 def schedules(p: int) -> list[Schedule]:
@@ -97,7 +98,8 @@ def native(kind: Kind, x: torch.Tensor | None, op: str, root: int | None, p: int
         y = x.clone()
         dist.reduce(y, dst=groot, op=rop, group=group)
         return y if me == root else None
-    out = torch.empty(n * (p if kind in (Kind.ALLGATHER, Kind.ALLTOALL) else 1), dtype=dtype)
+    device = x.device if x is not None else DEVICE[0]
+    out = torch.empty(n * (p if kind in (Kind.ALLGATHER, Kind.ALLTOALL) else 1), dtype=dtype, device=device)
     if kind is Kind.ALLGATHER:
         dist.all_gather_into_tensor(out, x, group=group)
     elif kind is Kind.REDUCESCATTER:
@@ -107,7 +109,7 @@ def native(kind: Kind, x: torch.Tensor | None, op: str, root: int | None, p: int
     elif kind is Kind.SCATTER:
         dist.scatter(out, list(x.chunk(p)) if me == root and x is not None else None, src=groot, group=group)
     elif kind is Kind.GATHER:
-        gathered = [torch.empty(n, dtype=dtype) for _ in range(p)] if me == root else None
+        gathered = [torch.empty(n, dtype=dtype, device=device) for _ in range(p)] if me == root else None
         dist.gather(x, gathered, dst=groot, group=group)
         return torch.cat(gathered) if gathered is not None else None
     return out
@@ -124,7 +126,7 @@ def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, gr
         run(sched, group=group, timeout=60)
         return None
     segs_in = p if kind in (Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALLTOALL) else 1
-    x: torch.Tensor | None = make_data(segs_in * n, dtype, op, gen, exact)
+    x: torch.Tensor | None = make_data(segs_in * n, dtype, op, gen, exact).to(DEVICE[0])
     if kind is Kind.SCATTER and me != root:
         x = None  # non-roots pass no input, as torch allows
     before = None if x is None else x.clone()
@@ -135,7 +137,7 @@ def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, gr
         run(sched, x, op=OPS[op], group=group, timeout=60)
     else:
         segs_out = p if kind in (Kind.ALLGATHER, Kind.ALLTOALL, Kind.GATHER) else 1
-        out = None if kind is Kind.GATHER and me != root else torch.full((segs_out * n,), 7).to(dtype)
+        out = None if kind is Kind.GATHER and me != root else torch.full((segs_out * n,), 7).to(DEVICE[0], dtype)
         got = run(sched, x, out, op=OPS[op], group=group, timeout=60)
         if x is not None and before is not None and not torch.equal(x, before):
             return f"{label}: rank {me}: the input of an out-of-place kind was modified"
