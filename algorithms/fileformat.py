@@ -66,7 +66,7 @@ SCHEMA: dict[str, Any] = {
 }
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 _TRANSFER_VALIDATOR = jsonschema.Draft202012Validator(_TRANSFER)
-_KEYS = tuple(_TRANSFER["properties"])  # type: ignore[arg-type]
+_KEYS: tuple[str, ...] = tuple(_TRANSFER["properties"])  # type: ignore[arg-type]
 _KEYSET = frozenset(_KEYS)
 _BUFS = {b.value: b for b in Buf}
 _OPS = {o.value: o for o in Op}
@@ -113,9 +113,9 @@ def _transfer(obj: object, where: str) -> Transfer:
     for name, v in (("src", src), ("dst", dst), ("src_index", sx), ("dst_index", dx), ("count", n)):
         if v.__class__ is not int or v < (1 if name == "count" else 0):
             raise ScheduleError(f"{where}.{name}: must be an integer >= {1 if name == 'count' else 0}, got {v!r}")
-    if sb not in _BUFS or db not in _BUFS or op not in _OPS:
-        bad = "src_buf" if sb not in _BUFS else "dst_buf" if db not in _BUFS else "op"
-        raise ScheduleError(f"{where}.{bad}: unknown value {obj[bad]!r}")
+    for name, v, allowed in (("src_buf", sb, _BUFS), ("dst_buf", db, _BUFS), ("op", op, _OPS)):
+        if v.__class__ is not str or v not in allowed:
+            raise ScheduleError(f"{where}.{name}: must be one of {', '.join(allowed)}, got {v!r}")
     return Transfer(src, dst, _BUFS[sb], sx, _BUFS[db], dx, n, _OPS[op])
 
 

@@ -13,7 +13,7 @@ the input: a transfer may name either buffer and both address the same slots.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import NamedTuple
 
 from algorithms.errors import ScheduleError
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     """The nine collective kinds."""
 
     ALLREDUCE = "allreduce"
@@ -44,29 +44,20 @@ class Kind(str, Enum):
     ALLTOALL = "alltoall"
     BARRIER = "barrier"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Buf(str, Enum):
+class Buf(StrEnum):
     """The three per-rank buffers."""
 
     INPUT = "input"
     OUTPUT = "output"
     SCRATCH = "scratch"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Op(str, Enum):
+class Op(StrEnum):
     """What a transfer does to its destination: overwrite, or combine with ⊕."""
 
     COPY = "copy"
     REDUCE = "reduce"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 ROOTED_KINDS = frozenset({Kind.BROADCAST, Kind.REDUCE, Kind.SCATTER, Kind.GATHER})
@@ -149,7 +140,7 @@ class _TransferFields(NamedTuple):
     src_index: int
     dst_buf: Buf
     dst_index: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, as the file format names it
     op: Op
 
 
@@ -197,17 +188,15 @@ class Transfer(_TransferFields):
 
 
 def _as_buf(value: object, name: str) -> Buf:
-    try:
+    if isinstance(value, str) and value in Buf.__members__.values():
         return Buf(value)
-    except ValueError:
-        raise ScheduleError(f"transfer.{name}: unknown buffer {value!r} (input, output, scratch)") from None
+    raise ScheduleError(f"transfer.{name}: unknown buffer {value!r} (input, output, scratch)")
 
 
 def _as_op(value: object) -> Op:
-    try:
+    if isinstance(value, str) and value in Op.__members__.values():
         return Op(value)
-    except ValueError:
-        raise ScheduleError(f"transfer.op: unknown op {value!r} (copy, reduce)") from None
+    raise ScheduleError(f"transfer.op: unknown op {value!r} (copy, reduce)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +269,8 @@ class Schedule:
         if in_place and any(
             t.src_buf is Buf.OUTPUT or t.dst_buf is Buf.OUTPUT for s in self.steps for t in s.transfers
         ):
-            object.__setattr__(self, "steps", tuple(Step(tuple(_canonical(t) for t in s.transfers)) for s in self.steps))
+            canonical = tuple(Step(tuple(_canonical(t) for t in s.transfers)) for s in self.steps)
+            object.__setattr__(self, "steps", canonical)
 
     @property
     def ranks(self) -> int:

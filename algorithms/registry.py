@@ -88,7 +88,9 @@ class Algorithm:
         for p in self.parameters:
             value = params.get(p.name, p.default)
             if isinstance(value, bool) or not isinstance(value, int) or value < p.minimum:
-                raise RegistryError(f"{self.kind}/{self.name}: {p.name} must be an integer >= {p.minimum}, got {value!r}")
+                raise RegistryError(
+                    f"{self.kind}/{self.name}: {p.name} must be an integer >= {p.minimum}, got {value!r}"
+                )
             out[p.name] = value
         return out
 

@@ -26,7 +26,7 @@ from algorithms.ir import Kind, Schedule
 
 __all__ = ["main", "build_parser", "add_schedule_args", "schedule_from_args", "UsageError"]
 
-_EXTENSIONS: tuple[str, ...] = ()
+_EXTENSIONS: tuple[str, ...] = ("runners.bench",)
 
 
 class UsageError(CollschedError):
@@ -99,9 +99,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return 0
     head = ("collective", "algorithm", "constraints", "parameters", "cost (α latency, β s/byte, γ s/byte reduced)")
     table = [head] + [
-        (r["collective"], r["algorithm"], "; ".join(r["constraints"]) or "any p",
-         ", ".join(r["parameters"]) or "-", r["cost"] or "-")
-        for r in rows
+        (a.kind.value, a.name, "; ".join(a.constraints) or "any p",
+         ", ".join(p.name for p in a.parameters) or "-", a.cost.formula if a.cost else "-")
+        for a in registry.algorithms()
     ]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for row in table:

@@ -1,0 +1,116 @@
+"""The command line's contracts: output formats and exit codes 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from algorithms import build, fileformat, registry
+from runners.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as e:  # argparse usage errors
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_json_names_every_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "list", "--json")
+    rows = json.loads(out)
+    assert code == 0
+    assert {(r["collective"], r["algorithm"]) for r in rows} == {(a.kind.value, a.name) for a in registry.algorithms()}
+    assert all({"collective", "algorithm", "constraints", "parameters"} <= r.keys() for r in rows)
+
+
+def test_list_table_shows_cost_formulas(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "list")
+    assert code == 0 and "2(p-1)α + 2(p-1)/p·nβ" in out and out.splitlines()[0].startswith("collective")
+
+
+def test_verify_ok_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "verify", "--collective", "allreduce", "--algorithm", "ring", "--ranks", "5",
+                        "--chunks", "2", "--json")
+    assert code == 0
+    assert json.loads(out) == {"ok": True, "violations": [], "transfers": 2 * 4 * 5 * 2, "steps": 8}
+
+
+def test_verify_rooted_kind_defaults_root_and_takes_root(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(capsys, "verify", "-c", "broadcast", "-a", "binomial", "-p", "6")[0] == 0
+    assert _run(capsys, "verify", "-c", "broadcast", "-a", "binomial", "-p", "6", "--root", "5")[0] == 0
+
+
+def test_verify_a_broken_file_exits_1_and_prints_each_violation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = fileformat.to_dict(build("allreduce", "ring", 4))
+    doc["steps"].pop()  # the last all-gather step: 4 slots end wrong
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(doc))
+    code, out, _ = _run(capsys, "verify", "--file", str(path))
+    assert code == 1 and out.count("expected chunk") == 4
+    code, out, _ = _run(capsys, "verify", "--file", str(path), "--json")
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False and len(report["violations"]) == 4
+    assert report["violations"][0]["kind"] == "wrong_slot"
+
+
+def test_export_then_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "rs.json"
+    code, out, _ = _run(capsys, "export", "-c", "reducescatter", "-a", "ring", "-p", "3", "-k", "2", "-o", str(path))
+    assert code == 0 and "wrote" in out
+    assert fileformat.load(path) == build("reducescatter", "ring", 3, chunks=2)
+    assert _run(capsys, "verify", "--file", str(path))[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["verify", "-c", "allreduce", "-a", "nope", "-p", "4"], "unknown algorithm 'nope' for allreduce (known: "),
+        (["verify", "-c", "allreduce", "-a", "ring"], "missing --ranks"),
+        (["verify", "-c", "allreduce", "-a", "ring", "-p", "0"], "ranks must be an integer >= 1"),
+        (["verify", "-c", "allreduce", "-a", "ring", "-p", "4", "-k", "0"], "chunks must be an integer >= 1"),
+        (["verify", "-c", "allreduce", "-a", "ring", "-p", "4", "-r", "1"], "allreduce has no root"),
+        (["verify", "-c", "broadcast", "-a", "binomial", "-p", "4", "-r", "4"], "root 4 out of range"),
+        (["verify", "-c", "allreduce", "-a", "ring", "-p", "4", "--param", "g=2"], "unknown parameter 'g'"),
+        (["verify", "--file", "x.json", "-p", "4"], "--file cannot be combined with --ranks"),
+        (["verify", "--file", "/nonexistent/s.json"], "/nonexistent/s.json: cannot read"),
+        (["export", "-c", "allreduce", "-a", "ring", "-p", "2", "-o", "/nonexistent/dir/x.json"], "cannot write"),
+    ],
+)
+def test_input_errors_exit_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_invalid_file_content_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('{"format": "collsched.schedule/1", "oops": 1}')
+    code, _, err = _run(capsys, "verify", "--file", str(path))
+    assert code == 2 and "bad.json" in err and "oops" in err
+
+
+@pytest.mark.parametrize("argv", [["verify", "--collective", "allsum"], ["frobnicate"], ["verify", "-p", "x"]])
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, *argv)
+    assert code == 2 and "usage:" in err
+
+
+def test_the_real_process_exit_codes() -> None:
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "runners.cli", *argv], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+
+    assert run("verify", "-c", "barrier", "-a", "dissemination", "-p", "5").returncode == 0
+    bad = run("verify", "-c", "barrier", "-a", "dissemination", "-p", "-3")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

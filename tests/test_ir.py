@@ -1,0 +1,139 @@
+"""The IR: buffer sizes per DESIGN.md's table, validation that names the field, immutability."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from algorithms import Buf, Collective, Kind, Op, Schedule, ScheduleBuilder, ScheduleError, Step, Transfer
+from algorithms.errors import CollschedError
+
+# (kind, root) -> (input chunks, output chunks) for p = 4, C = 3, from DESIGN.md's table.
+P, C = 4, 3
+TABLE = {
+    Kind.ALLREDUCE: ((C, C), (C, C)),
+    Kind.BROADCAST: ((C, C), (C, C)),
+    Kind.REDUCE: ((C, C), (C, C)),
+    Kind.ALLGATHER: ((C, P * C), (C, P * C)),
+    Kind.REDUCESCATTER: ((P * C, C), (P * C, C)),
+    Kind.SCATTER: ((P * C, C), (0, C)),  # (root, non-root)
+    Kind.GATHER: ((C, P * C), (C, 0)),
+    Kind.ALLTOALL: ((P * C, P * C), (P * C, P * C)),
+}
+
+
+@pytest.mark.parametrize("kind", list(TABLE))
+def test_buffer_sizes_follow_the_design_table(kind: Kind) -> None:
+    root = 1 if kind in (Kind.BROADCAST, Kind.REDUCE, Kind.SCATTER, Kind.GATHER) else None
+    coll = Collective(kind, P, C, root)
+    at_root, elsewhere = TABLE[kind]
+    assert (coll.input_chunks(1), coll.output_chunks(1)) == at_root  # rank 1 is the root where there is one
+    assert (coll.input_chunks(2), coll.output_chunks(2)) == elsewhere
+
+
+def test_barrier_is_one_token() -> None:
+    assert Collective(Kind.BARRIER, 5).input_chunks(3) == 1
+    with pytest.raises(ScheduleError, match="chunks"):
+        Collective(Kind.BARRIER, 5, 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (("allreduce", 0, 1, None), "collective.ranks"),
+        (("allreduce", 4, 0, None), "collective.chunks"),
+        (("allreduce", 4, 1, 0), "collective.root"),
+        (("broadcast", 4, 1, None), "collective.root"),
+        (("broadcast", 4, 1, 4), "collective.root"),
+        (("gather", 4, 1, -1), "collective.root"),
+        (("nonsense", 4, 1, None), "collective.kind"),
+        (("allreduce", True, 1, None), "collective.ranks"),
+        (("allreduce", 4, 1.0, None), "collective.chunks"),
+    ],
+)
+def test_collective_validation_names_the_field(args: tuple, field: str) -> None:
+    with pytest.raises(ScheduleError, match=field.replace(".", r"\.")):
+        Collective(*args)
+
+
+def test_errors_form_one_family() -> None:
+    assert issubclass(ScheduleError, CollschedError)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"count": 0}, "count"),
+        ({"src_buf": "heap"}, "src_buf"),
+        ({"dst_buf": 3}, "dst_buf"),
+        ({"op": "max"}, "op"),
+        ({"src_index": 1.5}, "indices"),
+    ],
+)
+def test_transfer_validation(kwargs: dict, match: str) -> None:
+    with pytest.raises(ScheduleError, match=match):
+        Transfer(0, 1, **kwargs)
+
+
+def test_transfer_is_immutable_and_hashable() -> None:
+    t = Transfer(0, 1, "input", 2, "output", 3, 1, "reduce")
+    assert t.src_buf is Buf.INPUT and t.dst_buf is Buf.OUTPUT and t.op is Op.REDUCE
+    assert {t: 1}[Transfer(0, 1, Buf.INPUT, 2, Buf.OUTPUT, 3, 1, Op.REDUCE)] == 1
+    with pytest.raises(AttributeError):
+        t.count = 2  # type: ignore[misc]
+
+
+def _one(t: Transfer, coll: Collective | None = None, scratch: int = 0) -> Schedule:
+    return Schedule(coll or Collective(Kind.ALLGATHER, 4, 2), "x", (Step((Transfer(0, 0), t)),), scratch)
+
+
+@pytest.mark.parametrize(
+    ("t", "match"),
+    [
+        (Transfer(4, 1), "step 0 transfer 1: src rank 4"),
+        (Transfer(0, -1), "step 0 transfer 1: dst rank -1"),
+        (Transfer(0, 1, Buf.INPUT, 1, Buf.INPUT, 0, 2), "src_index 1 count 2 out of range for rank 0 input of 2"),
+        (Transfer(0, 1, Buf.OUTPUT, 7, Buf.OUTPUT, 8), "dst_index 8 count 1 out of range for rank 1 output of 8"),
+        (Transfer(0, 1, Buf.SCRATCH, 0, Buf.INPUT, 0), "rank 0 scratch of 0"),
+    ],
+)
+def test_schedule_ranges_name_step_and_transfer(t: Transfer, match: str) -> None:
+    with pytest.raises(ScheduleError, match=match):
+        _one(t)
+
+
+def test_scatter_non_root_has_no_input() -> None:
+    with pytest.raises(ScheduleError, match="rank 1 input of 0"):
+        _one(Transfer(1, 2, Buf.INPUT, 0, Buf.OUTPUT, 0), Collective(Kind.SCATTER, 4, 1, 0))
+
+
+def test_in_place_kinds_alias_output_to_input() -> None:
+    s = _one(Transfer(0, 1, Buf.OUTPUT, 0, Buf.OUTPUT, 1), Collective(Kind.ALLREDUCE, 2, 2))
+    assert s.steps[0].transfers[1] == Transfer(0, 1, Buf.INPUT, 0, Buf.INPUT, 1)
+
+
+def test_schedule_is_frozen() -> None:
+    s = _one(Transfer(0, 1, Buf.INPUT, 0, Buf.OUTPUT, 0))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.name = "y"  # type: ignore[misc]
+    assert isinstance(s.steps, tuple) and s.num_transfers == 2
+
+
+def test_builder_reads_like_pseudocode() -> None:
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, 3, 3), "ring")
+    with b.step():
+        b.reduce(0, 1, 0)
+        b.copy(2, 0, 1, dst_index=2)
+    with b.step():
+        pass  # empty steps are dropped
+    s = b.build()
+    assert s.steps == (Step((Transfer(0, 1, op=Op.REDUCE), Transfer(2, 0, Buf.INPUT, 1, Buf.INPUT, 2))),)
+
+
+def test_builder_misuse_is_an_error() -> None:
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, 2, 1), "x")
+    with pytest.raises(ScheduleError, match="inside"):
+        b.copy(0, 1, 0)
+    with b.step(), pytest.raises(ScheduleError, match="nest"), b.step():
+        pass
