@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import os
 import queue
 import threading
 import weakref
@@ -53,16 +54,19 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Kind
 from runners import direct
 from runners.autoload import BACKEND_NAME, register
 from runners.policy import DIRECT, Choice, Policy, schedule
+from runners.runner import run
 
 __all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "create", "register"]
 
 _R = dist.ReduceOp
+ENV_CHECK = "COLLSCHED_CHECK"
 _OPS = frozenset({_R.SUM, _R.PRODUCT, _R.MIN, _R.MAX, _R.AVG, _R.BAND, _R.BOR, _R.BXOR})
 _SHUTDOWN_TIMEOUT_S = 30.0
 
@@ -112,7 +116,7 @@ class CollschedWork(dist.Work):
         """True once the collective has finished without an error."""
         return self._state.done.is_set() and self._state.error is None
 
-    def exception(self) -> BaseException | None:  # type: ignore[override]
+    def exception(self) -> BaseException | None:
         """The collective's error, or None."""
         return self._state.error
 
@@ -210,14 +214,14 @@ def _inner_group(
         backend: Any = dist.ProcessGroupGloo(prefix, rank, size, timeout)
         backend_type, name = dist.ProcessGroup.BackendType.GLOO, "gloo"
     else:
-        options = dist.ProcessGroupNCCL.Options()  # type: ignore[attr-defined]
+        options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
-        backend = dist.ProcessGroupNCCL(prefix, rank, size, options)  # type: ignore[attr-defined]
+        backend = dist.ProcessGroupNCCL(prefix, rank, size, options)
         backend_type, name = dist.ProcessGroup.BackendType.NCCL, "nccl"
     backend._set_sequence_number_for_group()
     pg._set_default_backend(backend_type)
     pg._register_backend(torch.device(device), backend_type, backend)
-    pg._set_group_name(f"collsched/{label}")
+    pg._set_group_name(f"collsched/{label}")  # type: ignore[arg-type]
     world = c10d._world
     world.pg_group_ranks[pg] = {g: i for i, g in enumerate(global_ranks)}
     world.pg_map[pg] = (name, prefix)
@@ -284,12 +288,15 @@ class CollschedProcessGroup(dist.ProcessGroup):
         global_ranks: Sequence[int] = (),
         policy: Policy | None = None,
     ) -> None:
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # type: ignore[call-arg]  # torch 2.13: a Python subclass cannot use (store, rank, size)
         self._policy = Policy.from_env() if policy is None else policy
         self._policy.validate(size)
         self._global_ranks = tuple(global_ranks) or tuple(range(size))
         self._store = store
         self._timeout = timeout
+        # Cross-rank argument checks cost the runner one metadata all-gather per
+        # collective; like TORCH_DISTRIBUTED_DEBUG they are opt-in.
+        self._check = os.environ.get(ENV_CHECK, "0") == "1"
         self._group_name = ""
         self._group_desc = ""
         self._modes: dict[str, str] | None = None
@@ -421,19 +428,19 @@ class CollschedProcessGroup(dist.ProcessGroup):
         policy sees (nccl-tests conventions), identical on every rank.
         """
         choice = self._choose(kind, nbytes)
-        if choice.algorithm == DIRECT or run is None:
+        if choice.algorithm == DIRECT:
             self.executed[f"{kind}/{DIRECT}"] += 1
             _direct(kind, group, tensor, output, op=op, root=root)
             return
         self.executed[f"{kind}/{choice}"] += 1
         sched = schedule(kind, choice, self.size(), root)
-        run(sched, tensor, output, op=op, group=group, timeout=self._timeout)
+        run(sched, tensor, output, op=op, group=group, timeout=self._timeout, check=self._check)
 
     # ------------------------------------------------------------------ all-reduce
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
         """``dist.all_reduce``: the allreduce schedule, in place."""
-        opts = opts if opts is not None else dist.AllreduceOptions()
+        opts = opts if opts is not None else _c10d.AllreduceOptions()
         native = self._native(tensors, "allreduce")
         if native is not None:
             return native.allreduce(tensors, opts)
@@ -455,14 +462,14 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         """``dist.all_reduce_coalesced`` and the coalescing manager: one allreduce per dtype over the concatenation."""
-        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        opts = opts if opts is not None else _c10d.AllreduceCoalescedOptions()
         native = self._native(tensors, "allreduce_coalesced")
         if native is not None:
             return native.allreduce_coalesced(tensors, opts)
         op = _op_of(opts)
         self._check_op(op, "allreduce_coalesced")
         group = self._group(_device_type(tensors, "allreduce_coalesced"))
-        single = dist.AllreduceOptions()
+        single = _c10d.AllreduceOptions()
         single.reduceOp = opts.reduceOp
 
         def job() -> list[torch.Tensor]:
@@ -480,9 +487,9 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     # ------------------------------------------------------------------ broadcast / reduce
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
         """``dist.broadcast``: the broadcast schedule rooted at ``opts.rootRank``."""
-        opts = opts if opts is not None else dist.BroadcastOptions()
+        opts = opts if opts is not None else _c10d.BroadcastOptions()
         native = self._native(tensors, "broadcast")
         if native is not None:
             return native.broadcast(tensors, opts)
@@ -498,9 +505,9 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
         return self._submit("broadcast", tensors, job)
 
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
         """``dist.reduce``: the reduce schedule to ``opts.rootRank`` (direct if none is registered)."""
-        opts = opts if opts is not None else dist.ReduceOptions()
+        opts = opts if opts is not None else _c10d.ReduceOptions()
         native = self._native(tensors, "reduce")
         if native is not None:
             return native.reduce(tensors, opts)
@@ -524,11 +531,11 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     # ------------------------------------------------------------------ all-gather
 
-    def allgather(
+    def allgather(  # type: ignore[override]
         self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
     ) -> dist.Work:
         """``dist.all_gather``: the allgather schedule, or direct exchange when the outputs differ in length."""
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
         native = self._native(input_tensors, "allgather")
         if native is not None:
             return native.allgather(output_tensors, input_tensors, opts)
@@ -561,7 +568,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         """``dist.all_gather_into_tensor``: the allgather schedule from ``input`` into ``output``."""
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
         native = self._native([output, input], "all_gather_into_tensor")
         if native is not None:
             return native.all_gather_single(output, input, opts)
@@ -585,12 +592,14 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor], opts: Any = None
     ) -> dist.Work:
         """``dist.all_gather_coalesced``: one all-gather per input tensor, in one queued job."""
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
         native = self._native(input_list, "allgather_coalesced")
         if native is not None:
             return native.allgather_coalesced(output_lists, input_list, opts)
         if len(output_lists) != self.size():
-            raise ValueError(f"collsched allgather_coalesced: expected {self.size()} output lists, got {len(output_lists)}")
+            raise ValueError(
+                f"collsched allgather_coalesced: expected {self.size()} output lists, got {len(output_lists)}"
+            )
         group = self._group(_device_type(input_list, "allgather_coalesced"))
 
         def job() -> list[list[torch.Tensor]]:
@@ -604,7 +613,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> dist.Work:
         """All-gather each ``inputs[i]`` into ``outputs[i]`` (coalescing manager, functional collectives)."""
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
         native = self._native([*outputs, *inputs], "all_gather_into_tensor_coalesced")
         if native is not None:
             return native.all_gather_single_coalesced(outputs, inputs, opts)
@@ -619,15 +628,15 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
         return self._submit("all_gather_into_tensor_coalesced", [*outputs, *inputs], job)
 
-    allgather_into_tensor_coalesced = all_gather_single_coalesced
+    allgather_into_tensor_coalesced = all_gather_single_coalesced  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ reduce-scatter
 
-    def reduce_scatter(
+    def reduce_scatter(  # type: ignore[override]
         self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
     ) -> dist.Work:
         """``dist.reduce_scatter``: the reducescatter schedule, or direct exchange for uneven pieces."""
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         native = self._native(output_tensors, "reduce_scatter")
         if native is not None:
             return native.reduce_scatter(output_tensors, input_tensors, opts)
@@ -656,7 +665,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         """``dist.reduce_scatter_tensor``: the reducescatter schedule from ``input`` into ``output``."""
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         native = self._native([output, input], "reduce_scatter_tensor")
         if native is not None:
             return native.reduce_scatter_single(output, input, opts)
@@ -671,7 +680,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
         return self._submit("reduce_scatter_tensor", [output, input], job)
 
-    _reduce_scatter_base = reduce_scatter_single
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
 
     def _scatter_from(self, group: dist.ProcessGroup, output: torch.Tensor, input: torch.Tensor, op: Any) -> None:
         out = _flat(output)
@@ -682,7 +691,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> dist.Work:
         """Reduce-scatter each ``inputs[i]`` into ``outputs[i]`` (coalescing manager, functional collectives)."""
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         native = self._native([*outputs, *inputs], "reduce_scatter_tensor_coalesced")
         if native is not None:
             return native.reduce_scatter_single_coalesced(outputs, inputs, opts)
@@ -699,15 +708,15 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
         return self._submit("reduce_scatter_tensor_coalesced", [*outputs, *inputs], job)
 
-    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ gather / scatter
 
-    def gather(
+    def gather(  # type: ignore[override]
         self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
     ) -> dist.Work:
         """``dist.gather``: the gather schedule to ``opts.rootRank`` (direct when none is registered or uneven)."""
-        opts = opts if opts is not None else dist.GatherOptions()
+        opts = opts if opts is not None else _c10d.GatherOptions()
         native = self._native(input_tensors, "gather")
         if native is not None:
             return native.gather(output_tensors, input_tensors, opts)
@@ -735,11 +744,11 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
         return self._submit("gather", input_tensors, job)
 
-    def scatter(
+    def scatter(  # type: ignore[override]
         self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
     ) -> dist.Work:
         """``dist.scatter``: the scatter schedule from ``opts.rootRank`` (direct when none is registered or uneven)."""
-        opts = opts if opts is not None else dist.ScatterOptions()
+        opts = opts if opts is not None else _c10d.ScatterOptions()
         native = self._native(output_tensors, "scatter")
         if native is not None:
             return native.scatter(output_tensors, input_tensors, opts)
@@ -768,9 +777,11 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     # ------------------------------------------------------------------ all-to-all
 
-    def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+    def alltoall(
+        self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any = None
+    ) -> dist.Work:
         """``dist.all_to_all``: the alltoall schedule, or direct exchange for uneven pieces."""
-        opts = opts if opts is not None else dist.AllToAllOptions()
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
         native = self._native([*output_tensors, *input_tensors], "all_to_all")
         if native is not None:
             return native.alltoall(output_tensors, input_tensors, opts)
@@ -811,7 +822,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         opts: Any = None,
     ) -> dist.Work:
         """``dist.all_to_all_single``: the alltoall schedule for even splits, direct exchange otherwise."""
-        opts = opts if opts is not None else dist.AllToAllOptions()
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
         native = self._native([output, input], "all_to_all_single")
         if native is not None:
             return native.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
@@ -825,7 +836,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
         return self._submit("all_to_all_single", [output, input], job)
 
-    alltoall_base = all_to_all_single
+    alltoall_base = all_to_all_single  # type: ignore[assignment]
 
     def _split_rows(self, t: torch.Tensor, splits: list[int], what: str) -> list[torch.Tensor]:
         """The p pieces of ``t`` along dim 0: equal when ``splits`` is empty (as torch's API)."""
@@ -968,11 +979,6 @@ def _given(t: torch.Tensor | None) -> torch.Tensor:
     if t is None:
         raise ValueError("collsched: a tensor argument is missing")
     return t
-
-try:  # the runner (issue 5) lands on its own branch; until it is merged, every kind runs direct
-    from runners.runner import run
-except ImportError:  # pragma: no cover
-    run = None  # type: ignore[assignment]
 
 # --------------------------------------------------------------------------- registration
 

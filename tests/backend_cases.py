@@ -89,17 +89,18 @@ class Checker:
         except AssertionError as err:
             self.failures.append(f"rank {self.rank} {case}: {str(err).splitlines()[0][:300]}")
 
-    def run(self, case: str, body: Callable[[], None]) -> None:
-        """Run one case; an exception is a failure of that case, not of the whole job."""
+    def run(self, case: str, body: Callable[..., Any], *args: Any) -> None:
+        """Run ``body(*args)`` as one case; an exception fails that case, not the whole job."""
         self.count += 1
         try:
-            body()
+            body(*args)
         except Exception as err:  # the case failed; keep checking the others
             self.failures.append(f"rank {self.rank} {case}: raised {type(err).__name__}: {err}"[:400])
 
     def finish(self, least: int = 1) -> None:
         if self.failures:
-            raise AssertionError(f"{len(self.failures)} of {self.count} checks failed:\n" + "\n".join(self.failures[:40]))
+            listing = "\n".join(self.failures[:40])
+            raise AssertionError(f"{len(self.failures)} of {self.count} checks failed:\n{listing}")
         if self.count < least:
             raise AssertionError(f"only {self.count} checks ran, expected at least {least}")
 
@@ -153,18 +154,18 @@ def reductions(rank: int, world: int, full: bool = False) -> None:
                     for async_op in (False, True):
                         seed += 1
                         case = f"all_reduce {dtype} {op} n={n} async={async_op}"
-                        c.run(case, lambda: _all_reduce(c, case, gloo, rank, world, dtype, op, n, seed, async_op))
+                        c.run(case, _all_reduce, c, case, gloo, rank, world, dtype, op, n, seed, async_op)
                 if op in (R.BAND, R.BOR, R.BXOR):
                     continue
                 for n in (1, 1000):
                     seed += 1
                     root = seed % world
                     case = f"reduce {dtype} {op} n={n} root={root}"
-                    c.run(case, lambda: _reduce(c, case, gloo, rank, dtype, op, n, seed, root))
+                    c.run(case, _reduce, c, case, gloo, rank, dtype, op, n, seed, root)
                     for async_op in (False, True):
                         seed += 1
                         case = f"reduce_scatter_tensor {dtype} {op} n={n} async={async_op}"
-                        c.run(case, lambda: _reduce_scatter(c, case, gloo, rank, world, dtype, op, n, seed, async_op))
+                        c.run(case, _reduce_scatter, c, case, gloo, rank, world, dtype, op, n, seed, async_op)
     c.finish(least=500 if full else 200)
 
 
@@ -215,7 +216,7 @@ def movement(rank: int, world: int, full: bool = False) -> None:
                     args = (c, gloo, rank, world, dtype, n, seed, async_op)
                     for name, body in CASES.items():
                         case = f"{name} {dtype} n={n} async={async_op}"
-                        c.run(case, lambda body=body, case=case: body(case, *args))
+                        c.run(case, body, case, *args)
         c.run("barrier", lambda: [wait(dist.barrier(async_op=a), a) for a in (False, True)])
     c.finish(least=300 if full else 90)
 
@@ -320,7 +321,7 @@ def api_surface(rank: int, world: int) -> None:
     with gloo_group() as gloo:
         objs: list[Any] = [None] * world
         c.run("all_gather_object", lambda: dist.all_gather_object(objs, {"rank": rank, "data": list(range(rank))}))
-        c.run("all_gather_object check", lambda: _same(objs, [{"rank": s, "data": list(range(s))} for s in range(world)]))
+        c.run("all_gather_object check", _same, objs, [{"rank": s, "data": list(range(s))} for s in range(world)])
         lst: list[Any] = [rank, f"from {rank}", None]
         c.run("broadcast_object_list", lambda: dist.broadcast_object_list(lst, src=world - 1))
         c.run("broadcast_object_list check", lambda: _same(lst, [world - 1, f"from {world - 1}", None]))
@@ -571,8 +572,9 @@ def fsdp2_training(rank: int, world: int) -> None:
         for i, (a, b) in enumerate(zip(final["collsched"], final["gloo"], strict=True)):
             c.equal(f"FSDP2 parameter {i}", a, b)
     executed = dist.group.WORLD.executed  # type: ignore[union-attr]
-    if not any(k.startswith("allgather/") for k in executed) or not any(k.startswith("reducescatter/") for k in executed):
-        c.failures.append(f"rank {rank}: FSDP2 did not all-gather and reduce-scatter through collsched: {dict(executed)}")
+    kinds = {k.split("/")[0] for k in executed}
+    if not {"allgather", "reducescatter"} <= kinds:
+        c.failures.append(f"rank {rank}: FSDP2 did not all-gather and reduce-scatter on collsched: {dict(executed)}")
     c.finish(least=6)
 
 

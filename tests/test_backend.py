@@ -77,7 +77,8 @@ def test_entry_point_registers_without_import(tmp_path: Path) -> None:
     probe = ("import sys, torch.distributed as dist; "
              "print('collsched' in dist.Backend.backend_list, 'runners.backend' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
     assert out.stdout.split() == ["True", "False"], out.stderr[-2000:]
     off = subprocess.run([sys.executable, "-c", probe], env={**env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
