@@ -141,7 +141,7 @@ class Policy:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, tuning: str | Path | None = None) -> Policy:
-        """Defaults, overridden by the tuning file (``tuning`` or ``COLLSCHED_TUNING``), then ``COLLSCHED_ALGORITHMS``."""
+        """Defaults, then the tuning file (``tuning`` or ``COLLSCHED_TUNING``), then ``COLLSCHED_ALGORITHMS``."""
         env = os.environ if environ is None else environ
         policy = cls.defaults()
         path = tuning if tuning is not None else env.get(ENV_TUNING) or None
