@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -72,8 +73,9 @@ def test_entry_point_registers_without_import(tmp_path: Path) -> None:
     info = tmp_path / "collsched-0.1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: collsched\nVersion: 0.1.0\n")
-    declared = (ROOT / "pyproject.toml").read_text().split('[project.entry-points."torch.backends"]')[1]
-    (info / "entry_points.txt").write_text("[torch.backends]\n" + declared.strip().splitlines()[0] + "\n")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["torch.backends"]
+    assert declared == {"collsched": "runners.autoload:register"}
+    (info / "entry_points.txt").write_text("[torch.backends]\ncollsched = runners.autoload:register\n")
     probe = ("import sys, torch.distributed as dist; "
              "print('collsched' in dist.Backend.backend_list, 'runners.backend' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
