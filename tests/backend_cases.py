@@ -604,6 +604,14 @@ def work_semantics(rank: int, world: int) -> None:
     fut_value = works[0].get_future().value()
     c.run("future holds the output", lambda: _same(fut_value[0] is tensors[0], True))
 
+    # A callback chained on a collective's future may itself wait for a collective (it runs on the worker thread).
+    def chained() -> None:
+        a, b = torch.ones(5), torch.full((5,), 2.0)
+        fut = dist.all_reduce(a, async_op=True).get_future().then(lambda _f: (dist.all_reduce(b), b.clone())[1])
+        _same(fut.wait().tolist(), [2.0 * world] * 5)
+        _same(a.tolist(), [float(world)] * 5)
+    c.run("callback waits for a collective", chained)
+
     # An error in a queued collective: wait() raises it, on every rank, and the group stays usable.
     def failing() -> None:
         w = dist.all_reduce(torch.ones(4), op=R.BAND, async_op=True)  # BAND on floats: torch's rules forbid it
@@ -649,7 +657,7 @@ def work_semantics(rank: int, world: int) -> None:
         w.wait()
         _same(x.tolist(), [float(world)] * 2)
     c.run("wait timeout", timed)
-    c.finish(least=17)
+    c.finish(least=18)
 
 
 # ----------------------------------------------------------------------------- configuration
