@@ -381,6 +381,19 @@ def api_surface(rank: int, world: int) -> None:
                     c.equal("all_gather_coalesced", oa[s][i], ob[s][i])
         c.run("deprecated coalesced", deprecated_lists)
 
+        def non_contiguous() -> None:
+            # gloo refuses non-contiguous tensors; collsched works on a contiguous copy and writes back.
+            x = make(torch.float32, 12, rank, 95).view(3, 4).t()
+            y = x.contiguous()
+            dist.all_reduce(x)
+            dist.all_reduce(y, group=gloo)
+            c.equal("non-contiguous all_reduce", x.contiguous(), y)
+            b = make(torch.int64, 12, rank, 96).view(3, 4).t()
+            dist.broadcast(b, src=1)
+            want = make(torch.int64, 12, 1, 96).view(3, 4).t().contiguous()
+            c.equal("non-contiguous broadcast", b.contiguous(), want)
+        c.run("non-contiguous", non_contiguous)
+
         c.run("point-to-point", lambda: _point_to_point(c, rank, world))
         c.run("functional collectives", lambda: _functional(c, funcol, gloo, rank, world))
     c.run("subgroups", lambda: _subgroups(c, rank, world))
