@@ -75,7 +75,8 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
     models = {name: DDP(_mlp(args["width"], args["layers"]), process_group=g) for name, g in groups.items()}
     opts = {name: torch.optim.SGD(m.parameters(), lr=1e-3) for name, m in models.items()}
     g = torch.Generator().manual_seed(rank)
-    x, y = torch.randn(args["batch"], args["width"], generator=g), torch.randn(args["batch"], args["width"], generator=g)
+    x = torch.randn(args["batch"], args["width"], generator=g)
+    y = torch.randn(args["batch"], args["width"], generator=g)
 
     def step(name: str) -> None:
         opts[name].zero_grad()
