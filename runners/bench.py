@@ -78,11 +78,6 @@ def bus_factor(kind: Kind, p: int) -> float:
     return (p - 1) / p
 
 
-def _segments(kind: Kind) -> tuple[int, int]:
-    """(size, per-rank N) divisor: how many per-rank counts the sized buffer holds."""
-    return (1, 1) if kind in (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER) else (0, 0)
-
-
 # ---------------------------------------------------------------- the measured side (torch imported lazily)
 
 
