@@ -6,7 +6,8 @@
 
 For each size the schedule and torch's collective each run ``warmup`` times,
 then ``iters`` timed times; an iteration's time is the slowest rank's, and
-the table shows the median. Sizes follow nccl-tests (DESIGN.md): the buffer
+the table shows the median; the two alternate iteration by iteration so that
+both see the same machine load. Sizes follow nccl-tests (DESIGN.md): the buffer
 of allreduce, broadcast and reduce, the output of allgather and gather, the
 input of reducescatter, scatter and alltoall. algbw = size / time; busbw =
 algbw x factor (allreduce 2(p-1)/p; allgather, reducescatter, alltoall,
@@ -75,11 +76,6 @@ def bus_factor(kind: Kind, p: int) -> float:
     if kind in (Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER):
         return 1.0
     return (p - 1) / p
-
-
-def _segments(kind: Kind) -> tuple[int, int]:
-    """(size, per-rank N) divisor: how many per-rank counts the sized buffer holds."""
-    return (1, 1) if kind in (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER) else (0, 0)
 
 
 # ---------------------------------------------------------------- the measured side (torch imported lazily)
@@ -153,19 +149,23 @@ def _scheduled(schedule: Schedule, x: Any, out: Any, timeout: float | None, chec
     return call
 
 
-def _times(call: Callable[[], Any], iters: int, warmup: int, sync: Callable[[], None]) -> list[float]:
-    for _ in range(warmup):
-        call()
-    sync()
-    out = []
-    for _ in range(iters):
-        import torch.distributed as dist
+def _times(calls: Sequence[Callable[[], None]], iters: int, warmup: int,
+           sync: Callable[[], None]) -> list[list[float]]:
+    """Per call, this rank's time of each iteration; the calls alternate so that both see the same load."""
+    import torch.distributed as dist
 
-        dist.barrier()
-        t0 = time.perf_counter()
-        call()
-        sync()
-        out.append(time.perf_counter() - t0)
+    for _ in range(warmup):
+        for call in calls:
+            call()
+    sync()
+    out: list[list[float]] = [[] for _ in calls]
+    for _ in range(iters):
+        for call, times in zip(calls, out, strict=True):
+            dist.barrier()
+            t0 = time.perf_counter()
+            call()
+            sync()
+            times.append(time.perf_counter() - t0)
     return out
 
 
@@ -219,8 +219,8 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
             wrong.append(_wrong(xi if coll.in_place else oi, expected))
         if x is not None:
             x.zero_()
-        t_sched = _times(_scheduled(schedule, x, out, timeout, check), iters, warmup, sync)
-        t_native = _times(_native(kind, p, rank, root, x, out), iters, warmup, sync)
+        t_sched, t_native = _times([_scheduled(schedule, x, out, timeout, check),
+                                    _native(kind, p, rank, root, x, out)], iters, warmup, sync)
         stats = torch.tensor([*t_sched, *t_native], dtype=torch.float64, device=device)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
         counts = torch.tensor(wrong, dtype=torch.int64, device=device)

@@ -31,6 +31,9 @@ then takes every other completed one. Execution (nccl): operations are issued
 step by step in program order, every dependency expressed as a stream wait
 (``Work.wait`` makes the current stream wait), so the host never blocks and
 each pair of ranks posts its messages in the same order (nccl ignores tags).
+The host returns once everything is enqueued on the current stream (a
+barrier synchronises it); ``timeout`` is then NCCL's watchdog's business
+(the process group's timeout), not the runner's.
 
 Memory. Beyond the caller's tensors, one run allocates at most:
 scratch ``scratch_chunks·S``; staging for receives ``budget_chunks·S`` (at most
@@ -38,7 +41,11 @@ twice the most chunks this rank stages in one step; for ring all-reduce
 ``2·N/p``); snapshots of local transfers that a same-step write would
 clobber; a copy of the input when an out-of-place schedule writes it; and,
 when C does not divide N, padded copies of the input and output. All of it is
-released when ``run`` returns.
+released when ``run`` returns, except that up to the staging bound of the
+largest recent run is kept for reuse (fresh large buffers cost a page fault
+per page; ``release_memory()`` frees them). On nccl staging is not budgeted:
+a step's staged receives are allocated when the step is issued and freed
+after its applies (the caching allocator reuses them).
 
 Validation happens before any data moves. Checks that need only the
 arguments run on every rank identically; then the ranks all-gather a few
@@ -94,8 +101,7 @@ _OP_NAMES = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR")
 _REDUCING = frozenset({Kind.ALLREDUCE, Kind.REDUCE, Kind.REDUCESCATTER})
 
 # Local error codes carried in the metadata exchange.
-_OK, _NO_TENSOR, _NOT_CONTIGUOUS, _BAD_DTYPE, _BAD_OP, _BAD_DEVICE, _BAD_SIZE, _DTYPE_MISMATCH, _BAD_OP_KIND = range(9)
-_META = 12
+_OK, _NO_TENSOR, _NOT_CONTIGUOUS, _BAD_DTYPE, _BAD_OP, _BAD_DEVICE, _BAD_SIZE, _DTYPE_MISMATCH = range(8)
 
 
 def _op_index(op: object) -> int:
@@ -862,6 +868,8 @@ def run(
     ctx = _Context(plan, bufs, group, _combine(opi, coll.kind), seconds, deadline)
     if device.type == "cuda":
         _execute_stream(ctx)
+        if coll.kind is Kind.BARRIER:
+            torch.cuda.current_stream(device).synchronize()  # a barrier holds the host, as torch's does
     else:
         _execute_host(ctx)
     bufs.finish()
