@@ -60,7 +60,7 @@ from torch.distributed import distributed_c10d as c10d
 from algorithms.ir import Kind
 from runners import direct
 from runners.autoload import BACKEND_NAME, register
-from runners.policy import DIRECT, Choice, Policy, schedule
+from runners.policy import P2P, Choice, Policy, schedule
 from runners.runner import run
 
 __all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "create", "register"]
@@ -313,7 +313,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self._streams: dict[int, Any] = {}
         self._closed = False
         self.executed: collections.Counter[str] = collections.Counter()
-        """How many collectives ran each way, as ``kind/algorithm`` (``direct``, ``native``): for tests and tuning."""
+        """How many collectives ran each way, as ``kind/algorithm`` (``p2p`` for the direct fallback): for tests and tuning."""
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ identity
@@ -428,8 +428,8 @@ class CollschedProcessGroup(dist.ProcessGroup):
         policy sees (nccl-tests conventions), identical on every rank.
         """
         choice = self._choose(kind, nbytes)
-        if choice.algorithm == DIRECT:
-            self.executed[f"{kind}/{DIRECT}"] += 1
+        if choice.algorithm == P2P:
+            self.executed[f"{kind}/{P2P}"] += 1
             _direct(kind, group, tensor, output, op=op, root=root)
             return
         self.executed[f"{kind}/{choice}"] += 1
@@ -556,7 +556,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         _check_same([*outs, t], "allgather")
         if any(o.numel() != t.numel() for o in outs):
             flats = [_flat(o) for o in outs]
-            self.executed[f"{Kind.ALLGATHER}/{DIRECT}"] += 1
+            self.executed[f"{Kind.ALLGATHER}/{P2P}"] += 1
             direct.allgather(group, flats, _flat(t))
             for o, f in zip(outs, flats, strict=True):
                 _write_back(o, f)
@@ -651,7 +651,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 _check_same([out, *ins], "reduce_scatter")
                 if any(i.numel() != out.numel() for i in ins):
                     flat = _flat(out)
-                    self.executed[f"{Kind.REDUCESCATTER}/{DIRECT}"] += 1
+                    self.executed[f"{Kind.REDUCESCATTER}/{P2P}"] += 1
                     direct.reduce_scatter(group, flat, [_flat(i) for i in ins], op)
                     _write_back(out, flat)
                     continue
@@ -808,7 +808,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 o.copy_(piece.view(o.shape))
             return
         flats = [_flat(o) for o in outs]
-        self.executed[f"{Kind.ALLTOALL}/{DIRECT}"] += 1
+        self.executed[f"{Kind.ALLTOALL}/{P2P}"] += 1
         direct.alltoall(group, flats, [_flat(i) for i in ins])
         for o, f in zip(outs, flats, strict=True):
             _write_back(o, f)

@@ -14,8 +14,10 @@ places, later ones overriding earlier ones kind by kind:
    ``"allreduce=ring,allgather=bruck:chunks=2"``, which pins one algorithm
    per kind for every size.
 
-The name ``direct`` is always available: the backend's point-to-point
-implementation (every rank exchanges with its peers directly, no schedule).
+The name ``p2p`` is always available: the backend's direct point-to-point
+implementation (``runners.direct``: every rank exchanges with its peers
+directly, no schedule). It is not ``direct``, because the algorithm library
+may register a schedule of that name.
 It is also what a kind gets when no registered algorithm can serve it.
 
 Names given by the user are checked against the registry when the policy is
@@ -43,7 +45,7 @@ from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 
 __all__ = [
     "DEFAULTS",
-    "DIRECT",
+    "P2P",
     "ENV_ALGORITHMS",
     "ENV_TUNING",
     "TUNING_FORMAT",
@@ -54,7 +56,7 @@ __all__ = [
     "schedule",
 ]
 
-DIRECT = "direct"
+P2P = "p2p"
 ENV_ALGORITHMS = "COLLSCHED_ALGORITHMS"
 ENV_TUNING = "COLLSCHED_TUNING"
 TUNING_FORMAT = "collsched.tuning/1"
@@ -82,7 +84,7 @@ class PolicyError(CollschedError, ValueError):
 
 @dataclass(frozen=True)
 class Choice:
-    """An algorithm name (or ``direct``) and its parameters, as a hashable value."""
+    """An algorithm name (or ``p2p``) and its parameters, as a hashable value."""
 
     algorithm: str
     params: tuple[tuple[str, int], ...] = ()
@@ -115,7 +117,7 @@ class Rule:
 
 def _can_serve(kind: Kind, choice: Choice, ranks: int) -> str | None:
     """Why ``choice`` cannot serve ``kind`` on ``ranks`` ranks, or None when it can."""
-    if choice.algorithm == DIRECT:
+    if choice.algorithm == P2P:
         return None
     try:
         algorithm = registry.get(kind, choice.algorithm)
@@ -179,7 +181,7 @@ class Policy:
             for choice in rule.candidates:
                 if _can_serve(kind, choice, ranks) is None:
                     return choice
-        return Choice(DIRECT)
+        return Choice(P2P)
 
     def describe(self, ranks: int, sizes: tuple[int, ...] = (1024, 1 << 20, 64 << 20)) -> dict[str, dict[int, str]]:
         """The choice per kind and size for ``ranks`` ranks, for logs and the docs."""
@@ -198,10 +200,10 @@ def _choice(kind: Kind, name: str, params: Mapping[str, Any], where: str) -> Cho
     """A user's choice, checked: the algorithm exists for the kind and its parameters are known and valid."""
     if not isinstance(name, str) or not name:
         raise PolicyError(f"{where}: algorithm must be a non-empty string, got {name!r}")
-    if name == DIRECT:
+    if name == P2P:
         if params:
-            raise PolicyError(f"{where}: {DIRECT} takes no parameters, got {', '.join(params)}")
-        return Choice(DIRECT)
+            raise PolicyError(f"{where}: {P2P} takes no parameters, got {', '.join(params)}")
+        return Choice(P2P)
     try:
         algorithm = registry.get(kind, name)
         resolved = algorithm.resolve(dict(params))

@@ -11,9 +11,9 @@ from algorithms import registry
 from algorithms.ir import Kind
 from runners.policy import (
     DEFAULTS,
-    DIRECT,
     ENV_ALGORITHMS,
     ENV_TUNING,
+    P2P,
     TUNING_FORMAT,
     Choice,
     Policy,
@@ -32,7 +32,7 @@ def _registered(kind: Kind) -> set[str]:
 @pytest.mark.parametrize("nbytes", [0, 1024, 1 << 20, 64 << 20])
 def test_defaults_pick_a_registered_algorithm_that_serves(kind: Kind, ranks: int, nbytes: int) -> None:
     choice = Policy.defaults().choose(kind, nbytes, ranks)
-    if choice.algorithm == DIRECT:
+    if choice.algorithm == P2P:
         # Only when no default candidate for this band is registered and able to serve.
         band = next(names for limit, names in DEFAULTS[kind] if limit is None or nbytes <= limit)
         for name in set(band) & _registered(kind):
@@ -49,10 +49,10 @@ def test_defaults_use_the_library_ring_for_large_allreduce() -> None:
 
 
 def test_env_var_pins_one_algorithm_per_kind_with_parameters() -> None:
-    policy = Policy.from_env({ENV_ALGORITHMS: "allreduce=ring:chunks=4, allgather=direct"})
+    policy = Policy.from_env({ENV_ALGORITHMS: "allreduce=ring:chunks=4, allgather=p2p"})
     assert policy.choose(Kind.ALLREDUCE, 10, 4) == Choice("ring", (("chunks", 4),))
     assert policy.choose(Kind.ALLREDUCE, 1 << 30, 4) == Choice("ring", (("chunks", 4),))
-    assert policy.choose(Kind.ALLGATHER, 1 << 20, 4) == Choice(DIRECT)
+    assert policy.choose(Kind.ALLGATHER, 1 << 20, 4) == Choice(P2P)
     assert str(policy.choose(Kind.ALLREDUCE, 10, 4)) == "ring:chunks=4"
     # Kinds the variable does not name keep their defaults.
     assert policy.choose(Kind.BROADCAST, 1 << 20, 4) == Policy.defaults().choose(Kind.BROADCAST, 1 << 20, 4)
@@ -68,7 +68,7 @@ def test_env_var_pins_one_algorithm_per_kind_with_parameters() -> None:
         ("allreduce=ring:chunks=0", "chunks must be an integer >= 1"),
         ("allreduce=ring:width=2", "unknown parameter 'width'"),
         ("allreduce=ring,allreduce=ring", "allreduce is given twice"),
-        ("allgather=direct:chunks=2", "direct takes no parameters"),
+        ("allgather=p2p:chunks=2", "p2p takes no parameters"),
     ],
 )
 def test_env_var_errors_name_the_problem(spec: str, message: str) -> None:
@@ -85,21 +85,21 @@ def _tuning(tmp_path: Path, rules: object, **extra: object) -> Path:
 
 def test_tuning_file_rules_by_size_and_ranks(tmp_path: Path) -> None:
     path = _tuning(tmp_path, {"allreduce": [
-        {"algorithm": DIRECT, "max_bytes": 4096},
+        {"algorithm": P2P, "max_bytes": 4096},
         {"algorithm": "ring", "params": {"chunks": 2}, "min_ranks": 4},
     ]})
     policy = Policy.from_env({ENV_TUNING: str(path)})
-    assert policy.choose(Kind.ALLREDUCE, 4096, 8) == Choice(DIRECT)
+    assert policy.choose(Kind.ALLREDUCE, 4096, 8) == Choice(P2P)
     assert policy.choose(Kind.ALLREDUCE, 4097, 8) == Choice("ring", (("chunks", 2),))
     # Two ranks match no tuning rule past 4 KiB: the defaults remain as the last resort.
     assert policy.choose(Kind.ALLREDUCE, 1 << 20, 2) == Policy.defaults().choose(Kind.ALLREDUCE, 1 << 20, 2)
 
 
 def test_env_var_overrides_tuning_file(tmp_path: Path) -> None:
-    path = _tuning(tmp_path, {"allreduce": [{"algorithm": DIRECT}]})
+    path = _tuning(tmp_path, {"allreduce": [{"algorithm": P2P}]})
     policy = Policy.from_env({ENV_TUNING: str(path), ENV_ALGORITHMS: "allreduce=ring"})
     assert policy.choose(Kind.ALLREDUCE, 1, 4) == Choice("ring")
-    assert Policy.from_env({}, tuning=path).choose(Kind.ALLREDUCE, 1, 4) == Choice(DIRECT)
+    assert Policy.from_env({}, tuning=path).choose(Kind.ALLREDUCE, 1, 4) == Choice(P2P)
 
 
 @pytest.mark.parametrize(
