@@ -313,7 +313,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self._streams: dict[int, Any] = {}
         self._closed = False
         self.executed: collections.Counter[str] = collections.Counter()
-        """How many collectives ran each way, as ``kind/algorithm`` (``p2p`` for the direct fallback): for tests and tuning."""
+        """How many collectives ran each way, as ``kind/algorithm`` (``p2p``: the direct fallback)."""
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ identity
