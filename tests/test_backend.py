@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from algorithms import registry
+from algorithms.ir import Kind
 from tests import backend_cases as cases
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +36,21 @@ def test_data_movement_matches_gloo(world: int) -> None:
 def test_every_dtype_and_size(world: int) -> None:
     cases.spawn(cases.reductions, world, True)
     cases.spawn(cases.movement, world, True)
+
+
+def _pinned_combinations() -> list[str]:
+    """COLLSCHED_ALGORITHMS values that, together, pin every registered algorithm of every kind once."""
+    by_kind = {k: [a.name for a in registry.algorithms(k)] for k in Kind}
+    by_kind = {k: names for k, names in by_kind.items() if names}
+    rounds = max(len(names) for names in by_kind.values())
+    return [",".join(f"{k}={names[i % len(names)]}" for k, names in by_kind.items()) for i in range(rounds)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", _pinned_combinations())
+def test_every_registered_algorithm_through_the_backend(spec: str) -> None:
+    cases.spawn(cases.reductions, 3, env={"COLLSCHED_ALGORITHMS": spec})
+    cases.spawn(cases.movement, 3, env={"COLLSCHED_ALGORITHMS": spec})
 
 
 def test_objects_coalesced_p2p_functional_subgroups() -> None:
