@@ -63,14 +63,18 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
     gloo = dist.new_group(backend="gloo")
     groups = {"gloo": gloo, "collsched": dist.group.WORLD}
     iters, warmup = args["iters"], args["warmup"]
-    times: dict[str, dict[str, list[float]]] = {"all_reduce": {}, "DDP step": {}}
+    times: dict[str, dict[str, list[float]]] = {}
 
-    buf = torch.ones(args["mib"] << 18)  # MiB of fp32
-    for i in range(warmup + iters):
-        for name in sorted(groups, reverse=i % 2 == 1):
-            dt = _timed(lambda g=groups[name]: dist.all_reduce(buf, group=g), gloo)
-            if i >= warmup:
-                times["all_reduce"].setdefault(name, []).append(dt)
+    for mib in args["mib"]:
+        buf = torch.ones(int(mib * (1 << 18)))  # MiB of fp32
+        metric = f"all_reduce {mib:g} MiB"
+        for i in range(warmup + iters):
+            for name in sorted(groups, reverse=i % 2 == 1):
+                dt = _timed(lambda g=groups[name], b=buf: dist.all_reduce(b, group=g), gloo)
+                if i >= warmup:
+                    times.setdefault(metric, {}).setdefault(name, []).append(dt)
+    if args["no_ddp"]:
+        return _report(times, gloo)
 
     models = {name: DDP(_mlp(args["width"], args["layers"]), process_group=g) for name, g in groups.items()}
     opts = {name: torch.optim.SGD(m.parameters(), lr=1e-3) for name, m in models.items()}
@@ -87,9 +91,12 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
         for name in sorted(groups, reverse=i % 2 == 1):
             dt = _timed(lambda n=name: step(n), gloo)
             if i >= warmup:
-                times["DDP step"].setdefault(name, []).append(dt)
+                times.setdefault("DDP step", {}).setdefault(name, []).append(dt)
+    return _report(times, gloo)
 
-    out = {metric: {name: _slowest(ts, gloo) for name, ts in by.items()} for metric, by in times.items()}
+
+def _report(times: dict[str, dict[str, list[float]]], gloo: dist.ProcessGroup) -> dict[str, Any]:
+    out: dict[str, Any] = {m: {name: _slowest(ts, gloo) for name, ts in by.items()} for m, by in times.items()}
     out["executed"] = dict(dist.group.WORLD.executed)  # type: ignore[union-attr]
     dist.destroy_process_group(gloo)
     return out
@@ -100,7 +107,8 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--iters", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--mib", type=int, default=64, help="all_reduce size in MiB (fp32)")
+    parser.add_argument("--mib", type=float, nargs="+", default=[64.0], help="all_reduce sizes in MiB (fp32)")
+    parser.add_argument("--no-ddp", action="store_true", help="time the all_reduce sizes only")
     parser.add_argument("--width", type=int, default=1024, help="MLP width")
     parser.add_argument("--layers", type=int, default=4, help="MLP depth")
     parser.add_argument("--batch", type=int, default=32)
@@ -108,10 +116,10 @@ def main() -> None:
     args = vars(parser.parse_args())
     results = spawn(_rank, args["nproc"], args, backend="collsched", timeout=1800)[0]
     rows = []
-    for metric in ("all_reduce", "DDP step"):
+    for metric in (m for m in results if m != "executed"):
         gloo_s = statistics.median(results[metric]["gloo"])
         coll_s = statistics.median(results[metric]["collsched"])
-        what = f"{args['mib']} MiB fp32" if metric == "all_reduce" else (
+        what = "fp32, one tensor" if metric.startswith("all_reduce") else (
             f"MLP {args['layers']}x{args['width']}, batch {args['batch']}")
         rows.append({"metric": metric, "what": what, "nproc": args["nproc"], "gloo_ms": 1e3 * gloo_s,
                      "collsched_ms": 1e3 * coll_s, "ratio": coll_s / gloo_s})
@@ -119,9 +127,9 @@ def main() -> None:
         print(json.dumps({"rows": rows, "executed": results["executed"]}, indent=2))
         return
     print(f"collsched vs gloo, {args['nproc']} ranks, medians of {args['iters']} iterations (slowest rank)")
-    print(f"{'metric':<11} {'workload':<26} {'gloo ms':>9} {'collsched ms':>13} {'ratio':>6}")
+    print(f"{'metric':<20} {'workload':<26} {'gloo ms':>9} {'collsched ms':>13} {'ratio':>6}")
     for r in rows:
-        print(f"{r['metric']:<11} {r['what']:<26} {r['gloo_ms']:>9.1f} {r['collsched_ms']:>13.1f} {r['ratio']:>6.2f}")
+        print(f"{r['metric']:<20} {r['what']:<26} {r['gloo_ms']:>9.1f} {r['collsched_ms']:>13.1f} {r['ratio']:>6.2f}")
     print("collsched ran:", ", ".join(f"{k} x{v}" for k, v in sorted(results["executed"].items())))
 
 

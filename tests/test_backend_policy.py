@@ -35,7 +35,7 @@ def test_defaults_pick_a_registered_algorithm_that_serves(kind: Kind, ranks: int
     if choice.algorithm == P2P:
         # Only when no default candidate for this band is registered and able to serve.
         band = next(names for limit, names in DEFAULTS[kind] if limit is None or nbytes <= limit)
-        for name in set(band) & _registered(kind):
+        for name in {n.split(":")[0] for n in band} & _registered(kind):
             assert registry.get(kind, name).unsupported(ranks) is not None
     else:
         assert choice.algorithm in _registered(kind)
@@ -45,7 +45,8 @@ def test_defaults_pick_a_registered_algorithm_that_serves(kind: Kind, ranks: int
 
 
 def test_defaults_use_the_library_ring_for_large_allreduce() -> None:
-    assert Policy.defaults().choose("allreduce", 64 << 20, 4) == Choice("ring")
+    assert Policy.defaults().choose("allreduce", 16 << 20, 4) == Choice("ring")
+    assert Policy.defaults().choose("allreduce", 64 << 20, 4) == Choice("ring", (("chunks", 4),))
 
 
 def test_env_var_pins_one_algorithm_per_kind_with_parameters() -> None:
@@ -168,4 +169,4 @@ def test_parse_algorithms_ignores_blank_items() -> None:
 def test_describe_lists_every_kind() -> None:
     table = Policy.defaults().describe(4)
     assert set(table) == {k.value for k in Kind}
-    assert table["allreduce"][64 << 20] == "ring"
+    assert table["allreduce"][64 << 20] == "ring:chunks=4"
