@@ -89,14 +89,17 @@ class _JobState:
 class CollschedWork(dist.Work):
     """A collective issued on a collsched group; ``wait()`` raises if it failed."""
 
-    def __init__(self, state: _JobState, what: str) -> None:
+    def __init__(self, state: _JobState, what: str, issue_queue: _IssueQueue | None = None) -> None:
         super().__init__()
         self._state = state
         self._what = what
+        self._queue = issue_queue
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         """Block until the collective has run; raise its error; make the current CUDA stream wait for it."""
         seconds = timeout.total_seconds() if timeout else 0.0
+        if not self._state.done.is_set() and self._queue is not None and self._queue.on_worker():
+            self._queue.run_until(self._state)
         if not self._state.done.wait(seconds if seconds > 0 else None):
             raise TimeoutError(f"collsched {self._what} did not complete within {timeout}")
         if self._state.error is not None:
@@ -170,16 +173,37 @@ class _IssueQueue:
             item = self._jobs.get()
             if item is None:
                 return
-            job, state = item
-            try:
-                value = job()
-            except BaseException as err:  # every failure belongs to the caller's wait()
-                state.error = err
-                state.done.set()
-                state.future.set_exception(err)
-                continue
+            self._execute(*item)
+
+    @staticmethod
+    def _execute(job: Job, state: _JobState) -> None:
+        try:
+            value = job()
+        except BaseException as err:  # every failure belongs to the caller's wait()
+            state.error = err
             state.done.set()
-            state.future.set_result(value)
+            state.future.set_exception(err)
+            return
+        state.done.set()
+        state.future.set_result(value)  # runs the future's callbacks, on this thread
+
+    def on_worker(self) -> bool:
+        """True on the worker thread itself, e.g. inside a callback chained on a collective's future."""
+        return threading.current_thread() is self._thread
+
+    def run_until(self, state: _JobState) -> None:
+        """On the worker thread, run queued jobs inline, in order, until ``state``'s job is done.
+
+        A callback chained with ``get_future().then(...)`` runs on the worker
+        thread; if it waits for a collective it issued itself, the worker
+        must run that collective or it would wait for itself forever.
+        """
+        while not state.done.is_set():
+            item = self._jobs.get()
+            if item is None:
+                self._jobs.put(None)
+                raise RuntimeError(f"collsched group {self._name} was shut down while a collective was waited on")
+            self._execute(*item)
 
     def close(self, timeout: float) -> bool:
         """Let queued jobs finish (up to ``timeout`` seconds) and stop the thread; False if it did not stop."""
@@ -382,7 +406,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         if device == "cuda":
             run = self._on_stream(tensors, job, state)
         self._queue.submit(run, state)
-        return CollschedWork(state, what)
+        return CollschedWork(state, what, self._queue)
 
     def _on_stream(self, tensors: Sequence[torch.Tensor], job: Job, state: _JobState) -> Job:
         """Wrap ``job`` to run on the device's communication stream after the caller's current stream."""
