@@ -335,6 +335,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
             self._inner["cuda"] = _inner_group(store, rank, size, timeout, "cuda", self._global_ranks, "cuda")
         self._queue = _IssueQueue(f"r{rank}")
         self._streams: dict[int, Any] = {}
+        self._coalesced: list[_JobState] | None = None
         self._closed = False
         self.executed: collections.Counter[str] = collections.Counter()
         """How many collectives ran each way, as ``kind/algorithm`` (``p2p``: the direct fallback)."""
@@ -406,7 +407,31 @@ class CollschedProcessGroup(dist.ProcessGroup):
         if device == "cuda":
             run = self._on_stream(tensors, job, state)
         self._queue.submit(run, state)
+        if self._coalesced is not None:
+            self._coalesced.append(state)
         return CollschedWork(state, what, self._queue)
+
+    # ------------------------------------------------------------------ coalescing manager
+
+    def _start_coalescing(self, device: torch.device) -> None:
+        """``_coalescing_manager(device=...)``: start collecting the collectives issued until ``_end_coalescing``.
+
+        torch 2.13 does not route these two calls of a Python ProcessGroup to
+        Python from C++, but the coalescing manager calls them from Python.
+        """
+        self._coalesced = []
+
+    def _end_coalescing(self, device: torch.device) -> CollschedWork:
+        """A Work done when every collective issued since ``_start_coalescing`` is, raising the first error."""
+        states, self._coalesced = self._coalesced or [], None
+
+        def job() -> list[torch.Tensor]:
+            for st in states:  # all done already: the queue runs in issue order
+                if st.error is not None:
+                    raise st.error
+            return []
+
+        return self._submit("coalesced", [], job)
 
     def _on_stream(self, tensors: Sequence[torch.Tensor], job: Job, state: _JobState) -> Job:
         """Wrap ``job`` to run on the device's communication stream after the caller's current stream."""
@@ -957,7 +982,10 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self._closed = True
         self._queue.close(0.0)
         for inner in self._inner.values():
-            inner.abort()
+            try:
+                inner.abort()
+            except RuntimeError:  # gloo has no abort in some torch versions; shutdown below still runs
+                pass
             _forget_inner_group(inner)
         self._inner.clear()
         _LIVE.discard(self)

@@ -343,6 +343,18 @@ def api_surface(rank: int, world: int) -> None:
                 c.equal(f"coalescing_manager all_reduce {i}", x, y)
         c.run("coalescing_manager all_reduce", coalesced_allreduce)
 
+        def coalesced_with_device() -> None:
+            zs = [make(torch.float32, n, rank, 60 + n) for n in (4, 9)]
+            refs = [z.clone() for z in zs]
+            with _coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+                for z in zs:
+                    dist.all_reduce(z)
+            cm.wait()
+            for i, (z, r) in enumerate(zip(zs, refs, strict=True)):
+                dist.all_reduce(r, group=gloo)
+                c.equal(f"coalescing_manager(device=cpu) all_reduce {i}", z, r)
+        c.run("coalescing_manager with a device", coalesced_with_device)
+
         def coalesced_gather_scatter() -> None:
             ins = [make(torch.float64, 6, rank, 70 + i) for i in range(3)]
             outs = [torch.empty(6 * world, dtype=torch.float64) for _ in ins]
