@@ -281,14 +281,15 @@ def test_bad_inputs_raise_the_same_clear_error_on_every_rank() -> None:
 
 
 def killed_peer_job(rank: int) -> str:
-    """Rank 2 kills itself right after posting its first send of a large all-reduce."""
+    """Rank 2 kills itself right after posting its first data send of a large all-reduce."""
     sched = registry.get("allreduce", "ring").build(3, chunks=4)
     if rank == 2:
         isend = dist.isend
 
-        def isend_then_die(*args: Any, **kwargs: Any) -> Any:
-            work = isend(*args, **kwargs)
-            os.kill(os.getpid(), signal.SIGKILL)
+        def isend_then_die(*args: Any, tag: int = 0, **kwargs: Any) -> Any:
+            work = isend(*args, tag=tag, **kwargs)
+            if tag < sched.num_transfers:  # a transfer's tag, not the metadata exchange's
+                os.kill(os.getpid(), signal.SIGKILL)
             return work
 
         dist.isend = isend_then_die  # type: ignore[assignment]
