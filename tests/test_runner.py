@@ -322,8 +322,10 @@ def silent_peer_job(rank: int, stall: bool) -> str:
     if rank == 1:
         isend = dist.isend
 
-        def isend_then_stall(*args: Any, **kwargs: Any) -> Any:
-            isend(*args, **kwargs)
+        def isend_then_stall(*args: Any, tag: int = 0, **kwargs: Any) -> Any:
+            work = isend(*args, tag=tag, **kwargs)
+            if tag >= sched.num_transfers:  # the metadata exchange goes through
+                return work
             time.sleep(4)
             raise KeyboardInterrupt("stalled on purpose")
 
