@@ -347,6 +347,8 @@ def _exchange(row: list[int], group: Any, device: torch.device, rank: int, p: in
             if "timed out" in text.lower() or isinstance(e, TimeoutError):
                 raise RunTimeout(f"{head} did not complete in time; is rank {r} running the same run()? "
                                  f"({text})") from e
+            _report_failure(globals_[rank], f"exchanging metadata: {verb} peer rank {r} (global rank {globals_[r]}) "
+                            f"failed ({text})")
             raise RunError(f"{head} failed ({_peer_report(globals_[r]) or text})") from e
     return rows.tolist()
 

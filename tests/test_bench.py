@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +59,15 @@ def test_collsched_bench_usage_errors_exit_2(capsys: pytest.CaptureFixture[str])
     assert main(["bench", "--nproc", "2", "-c", "allreduce", "-a", "nosuch", "--sizes", "1KiB",
                  "--iters", "1"]) == 2
     assert "nosuch" in capsys.readouterr().err
+
+
+def test_runners_bench_under_torchrun() -> None:
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+           "runners.bench", "-c", "allgather", "-a", "ring", "--sizes", "4KiB", "--iters", "2", "--warmup", "1",
+           "--json"]
+    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout)
+    assert len(rows) == 1 and rows[0]["ranks"] == 2 and rows[0]["wrong"] == 0 and rows[0]["size"] == 4096
