@@ -19,9 +19,13 @@ Python backend torch accepts) dispatches by device itself:
   tags can never be confused with the schedules' messages;
 - shapes no schedule covers (uneven ``all_to_all_single``, ``all_gather``
   into tensors of different lengths) and kinds without a registered
-  algorithm run ``runners.direct``'s point-to-point exchanges;
-- reduce ops the schedules do not define (``BAND``, ``BOR``, ``BXOR``) run
-  the inner backend's own collective.
+  algorithm run ``runners.direct``'s point-to-point exchanges (``p2p`` in
+  the policy).
+
+Schedules run through ``runners.runner.run`` on the inner group, which is
+registered in torch's group tables (not in ``pg_names``) because the runner
+uses the public ``dist`` point-to-point API. The runner's cross-rank argument
+check is off unless ``COLLSCHED_CHECK=1``: it costs an all-gather per call.
 
 Ordering and errors. Every collective becomes a job on the group's one
 worker thread, a FIFO: collectives complete in the order they were issued,
