@@ -4,6 +4,7 @@
     collsched verify --collective K --algorithm A --ranks P [--chunks k] [--root R] [--json]
     collsched verify --file F [--json]
     collsched export --collective K --algorithm A --ranks P [--chunks k] [--root R] -o F
+    collsched bench --nproc N --collective K --algorithm A [--chunks k] [--sizes 1KiB:64MiB] [--json]
 
 Exit status: 0 success (verify: the schedule is correct), 1 verify found
 violations, 2 usage or input error (one line on stderr, no traceback).
@@ -26,7 +27,7 @@ from algorithms.ir import Kind, Schedule
 
 __all__ = ["main", "build_parser", "add_schedule_args", "schedule_from_args", "UsageError"]
 
-_EXTENSIONS: tuple[str, ...] = ("runners.simulate",)
+_EXTENSIONS: tuple[str, ...] = ("runners.simulate", "runners.bench")
 
 
 class UsageError(CollschedError):
