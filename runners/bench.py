@@ -1,0 +1,355 @@
+"""Benchmark a schedule against torch's native collective, side by side, nccl-tests style.
+
+    torchrun --nproc_per_node=N -m runners.bench --collective K --algorithm A --sizes 1KiB:64MiB \\
+        [--iters 20] [--warmup 5] [--dtype float32] [--chunks k] [--json]
+    collsched bench --nproc N --collective K --algorithm A --sizes 1KiB:64MiB ...   (spawns N local processes)
+
+For each size the schedule and torch's collective each run ``warmup`` times,
+then ``iters`` timed times; an iteration's time is the slowest rank's, and
+the table shows the median. Sizes follow nccl-tests (DESIGN.md): the buffer
+of allreduce, broadcast and reduce, the output of allgather and gather, the
+input of reducescatter, scatter and alltoall. algbw = size / time; busbw =
+algbw x factor (allreduce 2(p-1)/p; allgather, reducescatter, alltoall,
+scatter, gather (p-1)/p; broadcast, reduce 1). ``#wrong`` counts elements,
+summed over ranks, that differ from the exact expected result on known data
+(small integers, exact in every dtype). ``ratio`` is schedule busbw / torch busbw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from algorithms.errors import CollschedError
+from algorithms.ir import Kind, Schedule
+
+__all__ = ["add_parser", "bus_factor", "main", "parse_size", "parse_sizes", "table"]
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30}
+
+
+class BenchError(CollschedError, ValueError):
+    """Benchmark options that cannot work (a size that does not parse, an unknown dtype)."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``64MiB``, ``1KiB``, ``512``, ``2GB`` (KiB = 1024, KB = 1000)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise BenchError(f"--sizes: cannot parse size {text!r} (examples: 1KiB, 64MiB, 4096)")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``A:B`` doubles from A to B (``A:B:F`` multiplies by F); ``A,B,C`` lists sizes."""
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise BenchError(f"--sizes: expected MIN:MAX or MIN:MAX:FACTOR, got {text!r}")
+        low, high = parse_size(parts[0]), parse_size(parts[1])
+        factor = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else 2
+        if len(parts) == 3 and (not parts[2].isdigit() or factor < 2):
+            raise BenchError(f"--sizes: factor must be an integer >= 2, got {parts[2]!r}")
+        if low < 1 or high < low:
+            raise BenchError(f"--sizes: need 1 <= MIN <= MAX, got {text!r}")
+        out = []
+        size = low
+        while size <= high:
+            out.append(size)
+            size *= factor
+        return out
+    return [parse_size(t) for t in text.split(",") if t.strip()]
+
+
+def bus_factor(kind: Kind, p: int) -> float:
+    """nccl-tests' bus bandwidth factor for ``kind`` on ``p`` ranks."""
+    if kind is Kind.ALLREDUCE:
+        return 2 * (p - 1) / p
+    if kind in (Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER):
+        return 1.0
+    return (p - 1) / p
+
+
+def _segments(kind: Kind) -> tuple[int, int]:
+    """(size, per-rank N) divisor: how many per-rank counts the sized buffer holds."""
+    return (1, 1) if kind in (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER) else (0, 0)
+
+
+# ---------------------------------------------------------------- the measured side (torch imported lazily)
+
+
+def _data(rank: int, numel: int, dtype: Any) -> Any:
+    import torch
+
+    return (((torch.arange(numel, dtype=torch.int64) * 3 + rank * 5) % 7) - 3).to(dtype)
+
+
+def _buffers(kind: Kind, p: int, rank: int, root: int | None, n: int, dtype: Any) -> tuple[Any, Any, Any]:
+    """(input, output, expected result or None) for per-rank count n on known data."""
+    import torch
+
+    wide_in = kind in (Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALLTOALL)
+    x = _data(rank, n * (p if wide_in else 1), dtype)
+    seg = slice(rank * n, (rank + 1) * n)
+    if kind in (Kind.ALLREDUCE, Kind.REDUCE):
+        expected = sum((_data(r, n, torch.int64) for r in range(p)), torch.zeros(n, dtype=torch.int64)).to(dtype)
+        if kind is Kind.REDUCE and rank != root:
+            expected = None
+        return x, None, expected
+    if kind is Kind.BROADCAST:
+        return x, None, _data(root or 0, n, dtype)
+    if kind is Kind.ALLGATHER or kind is Kind.GATHER:
+        out = torch.empty(p * n, dtype=dtype) if kind is Kind.ALLGATHER or rank == root else None
+        expected = torch.cat([_data(r, n, dtype) for r in range(p)]) if out is not None else None
+        return x, out, expected
+    if kind is Kind.REDUCESCATTER:
+        total = sum((_data(r, p * n, torch.int64)[seg] for r in range(p)), torch.zeros(n, dtype=torch.int64))
+        return x, torch.empty(n, dtype=dtype), total.to(dtype)
+    if kind is Kind.SCATTER:
+        return (x if rank == root else None), torch.empty(n, dtype=dtype), _data(root or 0, p * n, dtype)[seg]
+    if kind is Kind.ALLTOALL:
+        return x, torch.empty(p * n, dtype=dtype), torch.cat([_data(s, p * n, dtype)[seg] for s in range(p)])
+    return None, None, None
+
+
+def _native(kind: Kind, p: int, rank: int, root: int | None, x: Any, out: Any) -> Callable[[], None]:
+    """torch's own collective of this kind on these tensors, as a no-argument call."""
+    import torch.distributed as dist
+
+    if kind is Kind.ALLREDUCE:
+        return lambda: dist.all_reduce(x)
+    if kind is Kind.BROADCAST:
+        return lambda: dist.broadcast(x, src=root)
+    if kind is Kind.REDUCE:
+        return lambda: dist.reduce(x, dst=root)
+    if kind is Kind.ALLGATHER:
+        return lambda: dist.all_gather_into_tensor(out, x)
+    if kind is Kind.REDUCESCATTER:
+        return lambda: dist.reduce_scatter_tensor(out, x)
+    if kind is Kind.ALLTOALL:
+        return lambda: dist.all_to_all_single(out, x)
+    if kind is Kind.SCATTER:
+        parts = list(x.chunk(p)) if rank == root else None
+        return lambda: dist.scatter(out, parts, src=root)
+    if kind is Kind.GATHER:
+        parts = list(out.chunk(p)) if rank == root else None
+        return lambda: dist.gather(x, parts, dst=root)
+    return lambda: dist.barrier()
+
+
+def _scheduled(schedule: Schedule, x: Any, out: Any, timeout: float | None) -> Callable[[], None]:
+    from runners.runner import run
+
+    def call() -> None:
+        run(schedule, x, out, timeout=timeout)
+
+    return call
+
+
+def _times(call: Callable[[], Any], iters: int, warmup: int, sync: Callable[[], None]) -> list[float]:
+    for _ in range(warmup):
+        call()
+    sync()
+    out = []
+    for _ in range(iters):
+        import torch.distributed as dist
+
+        dist.barrier()
+        t0 = time.perf_counter()
+        call()
+        sync()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _wrong(result: Any, expected: Any) -> int:
+    if expected is None or result is None:
+        return 0
+    return int((result != expected).sum())
+
+
+def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32", iters: int = 20, warmup: int = 5,
+            timeout: float | None = None) -> list[dict[str, Any]]:
+    """Run the benchmark on the current process group; every rank gets the same rows."""
+    import torch
+    import torch.distributed as dist
+
+    from runners.runner import run
+
+    try:
+        tdtype = getattr(torch, dtype)
+        assert isinstance(tdtype, torch.dtype)
+    except (AttributeError, AssertionError):
+        raise BenchError(f"--dtype: unknown dtype {dtype!r}") from None
+    coll = schedule.collective
+    kind, p, root = coll.kind, coll.ranks, coll.root
+    rank = dist.get_rank()
+    cuda = "nccl" in str(dist.get_backend())
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    elsize = torch.empty(0, dtype=tdtype).element_size()
+    wide = kind not in (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER)
+    rows = []
+    for size in sizes if kind is not Kind.BARRIER else sizes[:1]:
+        n = size // elsize // (p if wide else 1)
+        x, out, expected = _buffers(kind, p, rank, root, n, tdtype)
+        x, out = (None if t is None else t.to(device) for t in (x, out))
+        expected = None if expected is None else expected.to(device)
+        # Correctness on known data, then timing on zeros (sums of zeros never overflow).
+        wrong = []
+        for side in ("schedule", "native"):
+            xi = None if x is None else x.clone()
+            oi = None if out is None else out.clone()
+            if side == "schedule":
+                run(schedule, xi, oi, timeout=timeout)
+            else:
+                _native(kind, p, rank, root, xi, oi)()
+            sync()
+            wrong.append(_wrong(xi if coll.in_place else oi, expected))
+        if x is not None:
+            x.zero_()
+        t_sched = _times(_scheduled(schedule, x, out, timeout), iters, warmup, sync)
+        t_native = _times(_native(kind, p, rank, root, x, out), iters, warmup, sync)
+        stats = torch.tensor([*t_sched, *t_native], dtype=torch.float64, device=device)
+        dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        counts = torch.tensor(wrong, dtype=torch.int64, device=device)
+        dist.all_reduce(counts)
+        slowest = stats.tolist()
+        med_s, med_n = statistics.median(slowest[:iters]), statistics.median(slowest[iters:])
+        nbytes = n * elsize * (p if wide else 1)
+        factor = bus_factor(kind, p)
+        alg_s, alg_n = nbytes / med_s / 1e9, nbytes / med_n / 1e9
+        rows.append({
+            "collective": kind.value, "algorithm": schedule.name, "ranks": p, "chunks": coll.chunks,
+            "size": nbytes, "count": n * (p if wide else 1), "type": dtype,
+            "time_us": med_s * 1e6, "algbw": alg_s, "busbw": alg_s * factor, "wrong": int(counts[0]),
+            "native_time_us": med_n * 1e6, "native_algbw": alg_n, "native_busbw": alg_n * factor,
+            "native_wrong": int(counts[1]), "ratio": med_n / med_s,
+        })
+    return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    """The nccl-tests-style table of ``measure``'s rows."""
+    if not rows:
+        return "(no sizes)"
+    r0 = rows[0]
+    lines = [f"# collsched bench: {r0['collective']} / {r0['algorithm']} (C={r0['chunks']}) vs torch native, "
+             f"{r0['ranks']} ranks; time is the median of the slowest rank's",
+             f"#{'':>36}{'schedule':^40}{'torch native':^40}",
+             f"#{'size':>12} {'count':>12} {'type':>9}" + f"{'time':>10} {'algbw':>9} {'busbw':>9} {'#wrong':>9}" * 2
+             + f" {'ratio':>7}",
+             f"#{'(B)':>12} {'(elements)':>12} {'':>9}" + f"{'(us)':>10} {'(GB/s)':>9} {'(GB/s)':>9} {'':>9}" * 2
+             + f" {'busbw':>7}"]
+    for r in rows:
+        lines.append(
+            f" {r['size']:>12} {r['count']:>12} {r['type']:>9}"
+            f"{r['time_us']:>10.1f} {r['algbw']:>9.3f} {r['busbw']:>9.3f} {r['wrong']:>9}"
+            f"{r['native_time_us']:>10.1f} {r['native_algbw']:>9.3f} {r['native_busbw']:>9.3f} {r['native_wrong']:>9}"
+            f" {r['ratio']:>7.3f}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- command lines
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    from runners.cli import add_schedule_args
+
+    add_schedule_args(parser, ranks=False)
+    parser.add_argument("--sizes", "-s", default="1KiB:64MiB", help="MIN:MAX[:FACTOR] or a list A,B,C "
+                        "(units B, KiB, MiB, GiB; default 1KiB:64MiB)")
+    parser.add_argument("--iters", "-n", type=int, default=20, help="timed iterations per size (default 20)")
+    parser.add_argument("--warmup", "-w", type=int, default=5, help="untimed iterations first (default 5)")
+    parser.add_argument("--dtype", "-d", default="float32", help="element type (default float32)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before a run gives up")
+    parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    if args.iters < 1 or args.warmup < 0:
+        raise BenchError(f"--iters must be >= 1 and --warmup >= 0, got {args.iters} and {args.warmup}")
+    parse_sizes(args.sizes)
+
+
+def _worker(rank: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    import torch.distributed as dist
+
+    from runners.cli import schedule_from_args
+
+    schedule = schedule_from_args(args, ranks=dist.get_world_size())
+    return measure(schedule, parse_sizes(args.sizes), dtype=args.dtype, iters=args.iters, warmup=args.warmup,
+                   timeout=args.timeout)
+
+
+def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
+    print(json.dumps(rows, indent=1) if as_json else table(rows))
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from runners.launch import SpawnError, spawn
+
+    _check_counts(args)
+    if args.nproc < 1:
+        raise BenchError(f"--nproc must be >= 1, got {args.nproc}")
+    try:
+        results = spawn(_worker, args.nproc, args, backend=args.backend, timeout=args.job_timeout)
+    except SpawnError as e:
+        first = next(o for o in e.outcomes if not o.ok)
+        text = (first.error or "").splitlines()[0] if first.error else str(e)
+        raise BenchError(f"rank {first.rank}: {text}") from None
+    _print(results[0], args.json)
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``collsched bench``."""
+    p = subparsers.add_parser("bench", help="time a schedule against torch's native collective on local processes")
+    p.add_argument("--nproc", "-N", type=int, required=True, help="number of local processes (ranks)")
+    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"], help="process-group backend (default gloo)")
+    p.add_argument("--job-timeout", type=float, default=3600.0, help="seconds before the whole job is killed")
+    _add_options(p)
+    p.set_defaults(func=_cmd_bench)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point under torchrun: every rank measures, rank 0 prints."""
+    parser = argparse.ArgumentParser(prog="python -m runners.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default=None, help="gloo or nccl (default: nccl when CUDA is available)")
+    _add_options(parser)
+    args = parser.parse_args(argv)
+    try:
+        _check_counts(args)
+        from runners.launch import init
+
+        init(args.backend)
+    except CollschedError as e:
+        print(f"runners.bench: error: {e}", file=sys.stderr)
+        return 2
+    import torch.distributed as dist
+
+    try:
+        rows = _worker(dist.get_rank(), args)
+        if dist.get_rank() == 0:
+            _print(rows, args.json)
+        return 0
+    except CollschedError as e:
+        print(f"runners.bench: rank {dist.get_rank()}: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Process-group setup: under torchrun (from its environment) or locally with ``spawn``.
+
+``init()`` reads torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR`` and ``MASTER_PORT``; with nccl each process uses the GPU of
+its ``LOCAL_RANK``. ``spawn(fn, nprocs, *args)`` starts ``nprocs`` local
+processes on a free port, runs ``fn(rank, *args)`` in each inside an
+initialised group, destroys the group at the end of each process (a gloo
+group alive at interpreter exit can abort it), and returns every rank's
+return value, or raises ``SpawnError`` with every rank's outcome.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from algorithms.errors import CollschedError
+
+__all__ = ["Outcome", "SpawnError", "free_port", "init", "spawn"]
+
+
+class SpawnError(CollschedError, RuntimeError):
+    """A spawned rank raised, died or did not finish; ``outcomes`` holds every rank's."""
+
+    def __init__(self, message: str, outcomes: list[Outcome]) -> None:
+        super().__init__(message)
+        self.outcomes = outcomes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one spawned rank did: returned ``value``, raised ``error`` (text), or exited with ``exitcode``."""
+
+    rank: int
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    exitcode: int | None = None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init(backend: str | None = None, *, timeout: float | None = None) -> tuple[int, int]:
+    """Initialise the default process group from torchrun's environment; returns (rank, world size).
+
+    ``backend`` defaults to nccl when CUDA is available and gloo otherwise.
+    With nccl, the current CUDA device becomes ``LOCAL_RANK``'s. Already
+    initialised: returns the current rank and size.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+    if missing:
+        raise CollschedError(f"not under torchrun: environment lacks {', '.join(missing)} "
+                             "(launch with `torchrun --nproc_per_node=N` or use runners.launch.spawn)")
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    kwargs: dict[str, Any] = {}
+    if timeout is not None:
+        kwargs["timeout"] = timedelta(seconds=timeout)
+    if "nccl" in backend:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        kwargs["device_id"] = torch.device("cuda", local_rank)
+    dist.init_process_group(backend, **kwargs)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _child(rank: int, nprocs: int, port: int, backend: str, timeout: float | None, fn: Callable[..., Any],
+           args: tuple[Any, ...], results: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
+    import torch
+    import torch.distributed as dist
+
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)  # as torchrun does for several processes per node
+    try:
+        init(backend, timeout=timeout)
+        value = fn(rank, *args)
+        results.put((rank, True, value, None))
+    except BaseException as e:  # report everything, including KeyboardInterrupt, to the parent
+        text = "".join(traceback.format_exception_only(type(e), e)).strip()
+        results.put((rank, False, None, f"{text}\n{traceback.format_exc()}"))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def spawn(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str = "gloo", timeout: float = 300.0,
+          group_timeout: float | None = None) -> list[Any]:
+    """Run ``fn(rank, *args)`` in ``nprocs`` fresh processes with a process group; their return values.
+
+    ``fn`` and its arguments must be picklable (a module-level function).
+    ``timeout`` bounds the whole job: ranks still running then are killed.
+    ``group_timeout`` is the process group's own timeout (torch's default when None).
+    Raises ``SpawnError`` when any rank raises, dies or times out.
+    """
+    if nprocs < 1:
+        raise CollschedError(f"nprocs must be >= 1, got {nprocs}")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_child, args=(r, nprocs, port, backend, group_timeout, fn, args, results),
+                         daemon=False) for r in range(nprocs)]
+    for proc in procs:
+        proc.start()
+    got: dict[int, tuple[bool, Any, str | None]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < nprocs and time.monotonic() < deadline:
+            try:
+                r, ok, value, err = results.get(timeout=0.2)
+                got[r] = (ok, value, err)
+            except queue.Empty:
+                if all(not p.is_alive() for p in procs) and results.empty():
+                    break
+    finally:
+        for proc in procs:
+            proc.join(timeout=max(0.0, min(10.0, deadline - time.monotonic())) if len(got) == nprocs else 0.5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    outcomes = []
+    for r, proc in enumerate(procs):
+        if r in got:
+            ok, value, err = got[r]
+            outcomes.append(Outcome(r, ok, value, err, proc.exitcode))
+        else:
+            why = "did not finish in time (killed)" if proc.exitcode in (None, -9) and time.monotonic() >= deadline \
+                else f"exited with code {proc.exitcode}"
+            outcomes.append(Outcome(r, False, None, f"rank {r} {why}", proc.exitcode))
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        first = failed[0]
+        summary = (first.error or "").splitlines()[0] if first.error else ""
+        raise SpawnError(f"{len(failed)} of {nprocs} ranks failed; rank {first.rank}: {summary}", outcomes)
+    return [o.value for o in outcomes]

@@ -1,0 +1,349 @@
+"""The runner against torch's own collectives, on gloo with spawned processes.
+
+Each test spawns one job that runs many cases and returns the failures, so
+that the suite pays for process start-up a few times, not once per case.
+Integer data (also stored in float dtypes, where sums of small integers are
+exact) must match torch exactly; random floats match to rounding.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from algorithms import registry
+from algorithms.ir import Kind, Schedule
+from runners.launch import SpawnError, spawn
+from runners.runner import InputError, RunError, RunTimeout, run
+from tests.runner_schedules import extra_schedules
+
+R = dist.ReduceOp
+OPS = {"SUM": R.SUM, "PRODUCT": R.PRODUCT, "MIN": R.MIN, "MAX": R.MAX, "AVG": R.AVG, "BAND": R.BAND,
+       "BOR": R.BOR, "BXOR": R.BXOR}
+REDUCING = {Kind.ALLREDUCE, Kind.REDUCE, Kind.REDUCESCATTER}
+DEVICE = [torch.device("cpu")]  # tests/gpu sets this to the rank's GPU in its processes
+
+
+def schedules(p: int) -> list[Schedule]:
+    """Every registered algorithm that serves p ranks (with 1 and 2 chunks), plus the hand-built ones."""
+    out: list[Schedule] = []
+    for alg in registry.algorithms():
+        for k in (1, 2) if any(prm.name == "chunks" for prm in alg.parameters) else (None,):
+            params = {} if k is None else {"chunks": k}
+            if alg.unsupported(p, params) is None:
+                root = p - 1 if alg.kind in (Kind.BROADCAST, Kind.REDUCE, Kind.SCATTER, Kind.GATHER) else None
+                out.append(alg.build(p, root=root, **params))
+    return out + extra_schedules(p)
+
+
+def valid_ops(kind: Kind, dtype: torch.dtype) -> list[str]:
+    """The ops torch's gloo collectives accept for this dtype (only SUM for non-reducing kinds)."""
+    if kind not in REDUCING:
+        return ["SUM"]
+    if dtype.is_complex:
+        return ["SUM", "AVG"]
+    if dtype.is_floating_point:
+        return ["SUM", "PRODUCT", "MIN", "MAX", "AVG"]
+    return ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+
+
+def make_data(n: int, dtype: torch.dtype, op: str, gen: torch.Generator, exact: bool) -> torch.Tensor:
+    """Per-rank test data: small integers (exact in every dtype) or random floats."""
+    if dtype is torch.bool:
+        return torch.randint(0, 2, (n,), generator=gen).bool()
+    if not exact and (dtype.is_floating_point or dtype.is_complex):
+        if op == "PRODUCT":
+            return (torch.rand(n, generator=gen) + 0.5).to(dtype)
+        return torch.randn(n, generator=gen, dtype=torch.float64).to(dtype)
+    low = 0 if dtype is torch.uint8 else -3
+    return torch.randint(low, 4, (n,), generator=gen).to(dtype)
+
+
+def native(kind: Kind, x: torch.Tensor | None, op: str, root: int | None, p: int, n: int, group: Any,
+           dtype: torch.dtype) -> torch.Tensor | None:
+    """torch's own collective of this kind on the same data (AVG where gloo lacks it: SUM / p)."""
+    me = dist.get_rank(group)
+    groot = dist.get_global_rank(group, root) if root is not None and group is not None else root
+    if op == "AVG" and kind is not Kind.ALLREDUCE:
+        ref = native(kind, x, "SUM", root, p, n, group, dtype)
+        if ref is not None:
+            (torch.view_as_real(ref) if ref.is_complex() else ref).div_(p)  # as gloo's AVG does
+        return ref
+    if dtype.is_complex and kind in (Kind.SCATTER, Kind.GATHER):
+        # gloo's scatter and gather reject complex tensors ("Invalid scalar type"); compare as real pairs.
+        real = None if x is None else torch.view_as_real(x).reshape(-1)
+        ref = native(kind, real, op, root, p, 2 * n, group, real.dtype if real is not None else torch.float32
+                     if dtype is torch.complex64 else torch.float64)
+        return None if ref is None else torch.view_as_complex(ref.view(-1, 2))
+    rop = OPS[op]
+    if kind is Kind.ALLREDUCE:
+        assert x is not None
+        y = x.clone()
+        dist.all_reduce(y, op=rop, group=group)
+        return y
+    if kind is Kind.BROADCAST:
+        assert x is not None
+        y = x.clone()
+        dist.broadcast(y, src=groot, group=group)
+        return y
+    if kind is Kind.REDUCE:
+        assert x is not None
+        y = x.clone()
+        dist.reduce(y, dst=groot, op=rop, group=group)
+        return y if me == root else None
+    device = x.device if x is not None else DEVICE[0]
+    out = torch.empty(n * (p if kind in (Kind.ALLGATHER, Kind.ALLTOALL) else 1), dtype=dtype, device=device)
+    if kind is Kind.ALLGATHER:
+        dist.all_gather_into_tensor(out, x, group=group)
+    elif kind is Kind.REDUCESCATTER:
+        dist.reduce_scatter_tensor(out, x, op=rop, group=group)
+    elif kind is Kind.ALLTOALL:
+        dist.all_to_all_single(out, x, group=group)
+    elif kind is Kind.SCATTER:
+        dist.scatter(out, list(x.chunk(p)) if me == root and x is not None else None, src=groot, group=group)
+    elif kind is Kind.GATHER:
+        gathered = [torch.empty(n, dtype=dtype, device=device) for _ in range(p)] if me == root else None
+        dist.gather(x, gathered, dst=groot, group=group)
+        return torch.cat(gathered) if gathered is not None else None
+    return out
+
+
+def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, group: Any, exact: bool) -> str | None:
+    """Run one case on this rank; a description of what differs from torch, or None."""
+    coll = sched.collective
+    kind, p, root = coll.kind, coll.ranks, coll.root
+    me = dist.get_rank(group)
+    gen = torch.Generator().manual_seed(seed * 1000 + me)
+    label = f"{sched.name} {coll.describe()} {str(dtype)[6:]} {op} N={n}"
+    if kind is Kind.BARRIER:
+        run(sched, group=group, timeout=60)
+        return None
+    segs_in = p if kind in (Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALLTOALL) else 1
+    x: torch.Tensor | None = make_data(segs_in * n, dtype, op, gen, exact).to(DEVICE[0])
+    if kind is Kind.SCATTER and me != root:
+        x = None  # non-roots pass no input, as torch allows
+    before = None if x is None else x.clone()
+    ref = native(kind, x, op, root, p, n, group, dtype)
+    if coll.in_place:
+        assert x is not None
+        got: torch.Tensor | None = x
+        run(sched, x, op=OPS[op], group=group, timeout=60)
+    else:
+        segs_out = p if kind in (Kind.ALLGATHER, Kind.ALLTOALL, Kind.GATHER) else 1
+        out = None if kind is Kind.GATHER and me != root else torch.full((segs_out * n,), 7).to(DEVICE[0], dtype)
+        got = run(sched, x, out, op=OPS[op], group=group, timeout=60)
+        if x is not None and before is not None and not torch.equal(x, before):
+            return f"{label}: rank {me}: the input of an out-of-place kind was modified"
+    if ref is None:
+        return None
+    assert got is not None
+    try:
+        if exact or not (dtype.is_floating_point or dtype.is_complex):
+            torch.testing.assert_close(got, ref, rtol=0, atol=0, equal_nan=True)
+        else:
+            # Sums in another order: a few units in the last place of the largest partial sum.
+            eps = torch.finfo(got.real.dtype if got.is_complex() else got.dtype).eps
+            torch.testing.assert_close(got, ref, rtol=0, atol=8 * p * eps * float(ref.abs().max()), equal_nan=True)
+    except AssertionError as e:
+        return f"{label}: rank {me}: differs from torch: {str(e).splitlines()[0:3]}"
+    return None
+
+
+def sizes(rng: random.Random, chunks: int) -> list[int]:
+    return [0, 1, max(chunks - 1, 1), chunks * 3, rng.randrange(2, 400)]
+
+
+def correctness_job(rank: int, dtypes: list[str], subgroup: list[int] | None, seed: int) -> list[str]:
+    """Every schedule x dtype x valid op on random sizes, against torch; the failures of this rank."""
+    world = dist.get_world_size()
+    failures: list[str] = []
+    jobs: list[tuple[Any, list[Schedule]]] = [(None, schedules(world))]
+    if subgroup is not None:
+        group = dist.new_group(subgroup)
+        jobs.append((group, schedules(len(subgroup)) if rank in subgroup else []))
+    rng = random.Random(seed)  # the same stream on every rank: every rank picks the same sizes
+    for group, scheds in jobs:
+        for sched in scheds:
+            for dt_name in dtypes:
+                dtype = getattr(torch, dt_name)
+                for op in valid_ops(sched.collective.kind, dtype):
+                    for n in sizes(rng, sched.collective.chunks):
+                        err = one_case(sched, dtype, op, n, rng.randrange(1 << 30), group, exact=True)
+                        if err:
+                            failures.append(err)
+                if dtype.is_floating_point:
+                    err = one_case(sched, dtype, "SUM", rng.randrange(1, 3000), rng.randrange(1 << 30), group,
+                                   exact=False)
+                    if err:
+                        failures.append(err)
+        if group is not None:
+            dist.barrier()
+            dist.destroy_process_group(group)
+    return failures
+
+
+def _check(results: list[list[str]]) -> None:
+    failures = [f for r in results for f in r]
+    assert failures == [], "\n".join(failures[:20])
+
+
+FAST_DTYPES = ["float32", "int64", "bfloat16", "bool", "complex64"]
+ALL_DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool",
+              "complex64", "complex128"]
+
+
+def test_every_kind_matches_torch_on_4_ranks_and_a_subgroup() -> None:
+    _check(spawn(correctness_job, 4, FAST_DTYPES, [1, 2, 3], 4, timeout=600))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p", [2, 5, 8])
+def test_every_kind_and_dtype_matches_torch(p: int) -> None:
+    _check(spawn(correctness_job, p, ALL_DTYPES, None, p, timeout=1200))
+
+
+def test_every_dtype_matches_torch_on_3_ranks() -> None:
+    _check(spawn(correctness_job, 3, ALL_DTYPES, None, 3, timeout=600))
+
+
+# ------------------------------------------------------------------ bad inputs
+
+
+def bad_input_job(rank: int) -> list[tuple[str, str]]:
+    """Each case is bad on some ranks only; returns (case, error class: message) for every case."""
+    p = dist.get_world_size()
+    ring = registry.get("allreduce", "ring").build(p)
+    gather = registry.get("allgather", "ring").build(p)
+    f32 = torch.ones(6)
+    cases: dict[str, Any] = {
+        "size on rank 1": lambda: run(ring, torch.ones(7 if rank == 1 else 6)),
+        "dtype int16 on rank 2": lambda: run(ring, torch.ones(6, dtype=torch.int16 if rank == 2 else torch.float32)),
+        "dtypes differ": lambda: run(ring, torch.ones(6, dtype=torch.int32 if rank == 0 else torch.int64)),
+        "MAX on complex": lambda: run(ring, torch.ones(6, dtype=torch.complex64), op=R.MAX),
+        "AVG on integers": lambda: run(ring, torch.ones(6, dtype=torch.int32), op=R.AVG),
+        "BAND on floats on rank 0": lambda: run(ring, f32.clone(), op=R.BAND if rank == 0 else R.SUM),
+        "not contiguous on rank 1": lambda: run(ring, torch.ones(6, 2)[:, 0] if rank == 1 else torch.ones(6)),
+        "no output on rank 2": lambda: run(gather, f32, None if rank == 2 else torch.empty(6 * p)),
+        "output too small": lambda: run(gather, f32, torch.empty(6 * p - 1)),
+        "schedule for another size": lambda: run(registry.get("allreduce", "ring").build(p + 1), f32.clone()),
+        "schedules differ": lambda: run(registry.get("allreduce", "ring").build(p, chunks=1 + (rank == 1)),
+                                        f32.clone()),
+        "bad timeout": lambda: run(ring, f32.clone(), timeout=-1),
+    }
+    seen = []
+    for name, call in cases.items():
+        try:
+            call()
+            seen.append((name, "no error"))
+        except Exception as e:
+            seen.append((name, f"{type(e).__name__}: {e}"))
+        # The group still works after every rejected call: nothing is left half-posted.
+        y = torch.full((5,), float(rank))
+        run(ring, y, timeout=60)
+        if y.tolist() != [float(sum(range(p)))] * 5:
+            seen.append((name, f"group broken afterwards: {y.tolist()}"))
+    return seen
+
+
+def test_bad_inputs_raise_the_same_clear_error_on_every_rank() -> None:
+    results = spawn(bad_input_job, 3, timeout=300)
+    by_case = list(zip(*results, strict=True))
+    expect = {
+        "size on rank 1": "rank 1", "dtype int16 on rank 2": "rank 2: tensor has dtype torch.int16",
+        "dtypes differ": "disagree on the dtype", "MAX on complex": "ReduceOp.MAX",
+        "AVG on integers": "ReduceOp.AVG", "BAND on floats on rank 0": "rank 0",
+        "not contiguous on rank 1": "rank 1: tensor must be contiguous", "no output on rank 2": "rank 2: output",
+        "output too small": "sizes do not fit", "schedule for another size": "the group has 3",
+        "schedules differ": "disagree on the schedule", "bad timeout": "timeout must be positive",
+    }
+    assert len(by_case) == len(expect)
+    for per_rank in by_case:
+        names = {name for name, _ in per_rank}
+        assert len(names) == 1
+        name = names.pop()
+        messages = [m for _, m in per_rank]
+        assert all(m.startswith("InputError") for m in messages), (name, messages)
+        assert len(set(messages)) == 1, (name, messages)  # the same message on every rank
+        assert expect[name] in messages[0], (name, messages[0])
+
+
+# ------------------------------------------------------------------ failures
+
+
+def killed_peer_job(rank: int) -> str:
+    """Rank 2 kills itself right after posting its first send of a large all-reduce."""
+    sched = registry.get("allreduce", "ring").build(3, chunks=4)
+    if rank == 2:
+        isend = dist.isend
+
+        def isend_then_die(*args: Any, **kwargs: Any) -> Any:
+            work = isend(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+            return work
+
+        dist.isend = isend_then_die  # type: ignore[assignment]
+    try:
+        run(sched, torch.ones(1 << 20), timeout=120)
+    except RunError as e:
+        return f"{type(e).__name__}: {e}"
+    except Exception as e:
+        return f"unexpected {type(e).__name__}: {e}"
+    return "finished"
+
+
+def test_a_killed_peer_makes_the_others_fail_naming_it() -> None:
+    with pytest.raises(SpawnError) as info:
+        spawn(killed_peer_job, 3, timeout=200)
+    outcomes = info.value.outcomes
+    assert outcomes[2].exitcode == -signal.SIGKILL
+    for o in outcomes[:2]:
+        assert o.ok, o.error
+        assert o.value.startswith("RunError"), o.value
+        assert "peer rank 2" in o.value and "step" in o.value, o.value
+
+
+def silent_peer_job(rank: int, stall: bool) -> str:
+    """Rank 1 never joins the run, or (``stall``) joins and stops after its first send; it stays alive."""
+    sched = registry.get("allreduce", "ring").build(2, chunks=2)
+    if rank == 1 and not stall:
+        time.sleep(4)
+        return "stayed out"
+    if rank == 1:
+        isend = dist.isend
+
+        def isend_then_stall(*args: Any, **kwargs: Any) -> Any:
+            isend(*args, **kwargs)
+            time.sleep(4)
+            raise KeyboardInterrupt("stalled on purpose")
+
+        dist.isend = isend_then_stall  # type: ignore[assignment]
+        try:
+            run(sched, torch.ones(100), timeout=60)
+        except KeyboardInterrupt:
+            return "stalled"
+    try:
+        run(sched, torch.ones(100), timeout=1.5)
+    except RunTimeout as e:
+        return f"{type(e).__name__}: {e}"
+    return "finished"
+
+
+def test_a_run_that_cannot_finish_times_out_naming_step_and_peer() -> None:
+    absent, stalled = (spawn(silent_peer_job, 2, stall, timeout=200) for stall in (False, True))
+    assert absent[1] == "stayed out" and stalled[1] == "stalled"
+    assert absent[0].startswith("RunTimeout"), absent[0]
+    assert "before step 0" in absent[0] and "peer rank 1" in absent[0], absent[0]
+    assert stalled[0].startswith("RunTimeout"), stalled[0]
+    assert "step 0 transfer" in stalled[0] and "peer rank 1" in stalled[0] and "1.5 s" in stalled[0], stalled[0]
+
+
+def test_run_needs_an_initialised_group() -> None:
+    with pytest.raises(InputError, match="not initialised"):
+        run(registry.get("allreduce", "ring").build(2), torch.ones(4))
