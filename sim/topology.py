@@ -154,6 +154,9 @@ class Topology:
         object.__setattr__(self, "_link_id", {e: i for i, e in enumerate(links)})
         object.__setattr__(self, "_cache", {})
         object.__setattr__(self, "_cheapest", {})
+        for key in self.routes:
+            if not (isinstance(key, tuple) and len(key) == 2):
+                raise TopologyError(f"route key {key!r}: expected a (src rank, dst rank) pair")
         object.__setattr__(self, "routes", {k: tuple(v) for k, v in dict(self.routes).items()})
         for (a, b), path in self.routes.items():
             self._check_route(a, b, path)

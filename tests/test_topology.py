@@ -155,6 +155,10 @@ def test_explicit_routes_override_and_are_checked() -> None:
         Topology(nx.DiGraph(base.graph), "ring", {(0, 2): (0, 2)})
     with pytest.raises(TopologyError, match="must start at 0 and end at 2"):
         Topology(nx.DiGraph(base.graph), "ring", {(0, 2): (1, 2)})
+    with pytest.raises(TopologyError, match="route key 3: expected a"):
+        Topology(nx.DiGraph(base.graph), "ring", {3: (1, 2)})  # type: ignore[dict-item]
+    with pytest.raises(TopologyError, match="rank 7 out of range"):
+        Topology(nx.DiGraph(base.graph), "ring", {(0, 7): (0, 7)})
 
 
 def test_route_rejects_unknown_ranks() -> None:
