@@ -6,7 +6,8 @@
 
 For each size the schedule and torch's collective each run ``warmup`` times,
 then ``iters`` timed times; an iteration's time is the slowest rank's, and
-the table shows the median. Sizes follow nccl-tests (DESIGN.md): the buffer
+the table shows the median; the two alternate iteration by iteration so that
+both see the same machine load. Sizes follow nccl-tests (DESIGN.md): the buffer
 of allreduce, broadcast and reduce, the output of allgather and gather, the
 input of reducescatter, scatter and alltoall. algbw = size / time; busbw =
 algbw x factor (allreduce 2(p-1)/p; allgather, reducescatter, alltoall,
@@ -77,11 +78,6 @@ def bus_factor(kind: Kind, p: int) -> float:
     return (p - 1) / p
 
 
-def _segments(kind: Kind) -> tuple[int, int]:
-    """(size, per-rank N) divisor: how many per-rank counts the sized buffer holds."""
-    return (1, 1) if kind in (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER) else (0, 0)
-
-
 # ---------------------------------------------------------------- the measured side (torch imported lazily)
 
 
@@ -144,28 +140,32 @@ def _native(kind: Kind, p: int, rank: int, root: int | None, x: Any, out: Any) -
     return lambda: dist.barrier()
 
 
-def _scheduled(schedule: Schedule, x: Any, out: Any, timeout: float | None) -> Callable[[], None]:
+def _scheduled(schedule: Schedule, x: Any, out: Any, timeout: float | None, check: bool) -> Callable[[], None]:
     from runners.runner import run
 
     def call() -> None:
-        run(schedule, x, out, timeout=timeout)
+        run(schedule, x, out, timeout=timeout, check=check)
 
     return call
 
 
-def _times(call: Callable[[], Any], iters: int, warmup: int, sync: Callable[[], None]) -> list[float]:
-    for _ in range(warmup):
-        call()
-    sync()
-    out = []
-    for _ in range(iters):
-        import torch.distributed as dist
+def _times(calls: Sequence[Callable[[], None]], iters: int, warmup: int,
+           sync: Callable[[], None]) -> list[list[float]]:
+    """Per call, this rank's time of each iteration; the calls alternate so that both see the same load."""
+    import torch.distributed as dist
 
-        dist.barrier()
-        t0 = time.perf_counter()
-        call()
-        sync()
-        out.append(time.perf_counter() - t0)
+    for _ in range(warmup):
+        for call in calls:
+            call()
+    sync()
+    out: list[list[float]] = [[] for _ in calls]
+    for _ in range(iters):
+        for call, times in zip(calls, out, strict=True):
+            dist.barrier()
+            t0 = time.perf_counter()
+            call()
+            sync()
+            times.append(time.perf_counter() - t0)
     return out
 
 
@@ -176,7 +176,7 @@ def _wrong(result: Any, expected: Any) -> int:
 
 
 def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32", iters: int = 20, warmup: int = 5,
-            timeout: float | None = None) -> list[dict[str, Any]]:
+            timeout: float | None = None, check: bool = True) -> list[dict[str, Any]]:
     """Run the benchmark on the current process group; every rank gets the same rows."""
     import torch
     import torch.distributed as dist
@@ -219,8 +219,8 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
             wrong.append(_wrong(xi if coll.in_place else oi, expected))
         if x is not None:
             x.zero_()
-        t_sched = _times(_scheduled(schedule, x, out, timeout), iters, warmup, sync)
-        t_native = _times(_native(kind, p, rank, root, x, out), iters, warmup, sync)
+        t_sched, t_native = _times([_scheduled(schedule, x, out, timeout, check),
+                                    _native(kind, p, rank, root, x, out)], iters, warmup, sync)
         stats = torch.tensor([*t_sched, *t_native], dtype=torch.float64, device=device)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
         counts = torch.tensor(wrong, dtype=torch.int64, device=device)
@@ -231,7 +231,7 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
         factor = bus_factor(kind, p)
         alg_s, alg_n = nbytes / med_s / 1e9, nbytes / med_n / 1e9
         rows.append({
-            "collective": kind.value, "algorithm": schedule.name, "ranks": p, "chunks": coll.chunks,
+            "checked": check, "collective": kind.value, "algorithm": schedule.name, "ranks": p, "chunks": coll.chunks,
             "size": nbytes, "count": n * (p if wide else 1), "type": dtype,
             "time_us": med_s * 1e6, "algbw": alg_s, "busbw": alg_s * factor, "wrong": int(counts[0]),
             "native_time_us": med_n * 1e6, "native_algbw": alg_n, "native_busbw": alg_n * factor,
@@ -274,6 +274,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", "-w", type=int, default=5, help="untimed iterations first (default 5)")
     parser.add_argument("--dtype", "-d", default="float32", help="element type (default float32)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a run gives up")
+    parser.add_argument("--no-check", dest="check", action="store_false",
+                        help="time runs without the cross-rank argument check (run(check=False))")
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
 
 
@@ -290,7 +292,7 @@ def _worker(rank: int, args: argparse.Namespace) -> list[dict[str, Any]]:
 
     schedule = schedule_from_args(args, ranks=dist.get_world_size())
     return measure(schedule, parse_sizes(args.sizes), dtype=args.dtype, iters=args.iters, warmup=args.warmup,
-                   timeout=args.timeout)
+                   timeout=args.timeout, check=args.check)
 
 
 def _print(rows: list[dict[str, Any]], as_json: bool) -> None:

@@ -4,6 +4,7 @@
     collsched verify --collective K --algorithm A --ranks P [--chunks k] [--root R] [--json]
     collsched verify --file F [--json]
     collsched export --collective K --algorithm A --ranks P [--chunks k] [--root R] -o F
+    collsched bench --nproc N --collective K --algorithm A [--chunks k] [--sizes 1KiB:64MiB] [--json]
 
 Exit status: 0 success (verify: the schedule is correct), 1 verify found
 violations, 2 usage or input error (one line on stderr, no traceback).

@@ -31,6 +31,9 @@ then takes every other completed one. Execution (nccl): operations are issued
 step by step in program order, every dependency expressed as a stream wait
 (``Work.wait`` makes the current stream wait), so the host never blocks and
 each pair of ranks posts its messages in the same order (nccl ignores tags).
+The host returns once everything is enqueued on the current stream (a
+barrier synchronises it); ``timeout`` is then NCCL's watchdog's business
+(the process group's timeout), not the runner's.
 
 Memory. Beyond the caller's tensors, one run allocates at most:
 scratch ``scratch_chunks·S``; staging for receives ``budget_chunks·S`` (at most
@@ -38,7 +41,11 @@ twice the most chunks this rank stages in one step; for ring all-reduce
 ``2·N/p``); snapshots of local transfers that a same-step write would
 clobber; a copy of the input when an out-of-place schedule writes it; and,
 when C does not divide N, padded copies of the input and output. All of it is
-released when ``run`` returns.
+released when ``run`` returns, except that up to the staging bound of the
+largest recent run is kept for reuse (fresh large buffers cost a page fault
+per page; ``release_memory()`` frees them). On nccl staging is not budgeted:
+a step's staged receives are allocated when the step is issued and freed
+after its applies (the caching allocator reuses them).
 
 Validation happens before any data moves. Checks that need only the
 arguments run on every rank identically; then the ranks all-gather a few
@@ -94,8 +101,7 @@ _OP_NAMES = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR")
 _REDUCING = frozenset({Kind.ALLREDUCE, Kind.REDUCE, Kind.REDUCESCATTER})
 
 # Local error codes carried in the metadata exchange.
-_OK, _NO_TENSOR, _NOT_CONTIGUOUS, _BAD_DTYPE, _BAD_OP, _BAD_DEVICE, _BAD_SIZE, _DTYPE_MISMATCH, _BAD_OP_KIND = range(9)
-_META = 12
+_OK, _NO_TENSOR, _NOT_CONTIGUOUS, _BAD_DTYPE, _BAD_OP, _BAD_DEVICE, _BAD_SIZE, _DTYPE_MISMATCH = range(8)
 
 
 def _op_index(op: object) -> int:
@@ -305,6 +311,13 @@ def _check_table(schedule: Schedule, table: list[list[int]]) -> None:
 _META_TAG = 1 << 30
 
 
+def _check_own_row(schedule: Schedule, rank: int, row: list[int]) -> None:
+    """Without the exchange: this rank's own arguments only (its peers cannot know)."""
+    if row[0] != _OK:
+        raise InputError(f"run({schedule.name} {schedule.collective.describe()}): invalid input: "
+                         + _describe_error(schedule, rank, row))
+
+
 def _exchange(row: list[int], group: Any, device: torch.device, rank: int, p: int, deadline: float,
               what: str) -> list[list[int]]:
     """Every rank's metadata row, by point-to-point messages so that a missing peer can be named."""
@@ -334,6 +347,8 @@ def _exchange(row: list[int], group: Any, device: torch.device, rank: int, p: in
             if "timed out" in text.lower() or isinstance(e, TimeoutError):
                 raise RunTimeout(f"{head} did not complete in time; is rank {r} running the same run()? "
                                  f"({text})") from e
+            _report_failure(globals_[rank], f"exchanging metadata: {verb} peer rank {r} (global rank {globals_[r]}) "
+                            f"failed ({text})")
             raise RunError(f"{head} failed ({_peer_report(globals_[r]) or text})") from e
     return rows.tolist()
 
@@ -792,6 +807,7 @@ def run(
     group: Any = None,
     *,
     timeout: float | timedelta | None = None,
+    check: bool = True,
 ) -> torch.Tensor | None:
     """Run ``schedule`` on ``group`` (default: the world); returns the result tensor of this rank.
 
@@ -807,6 +823,11 @@ def run(
     does not finish within ``timeout`` seconds (default: torch's default
     process-group timeout). Both name the step, the transfer and the peer.
     A process outside ``group`` returns None at once, as torch does.
+
+    ``check=False`` skips the metadata exchange (one round of tiny messages,
+    about a millisecond on gloo): arguments are still checked locally, but a
+    rank whose arguments are bad raises alone and its peers time out, naming
+    it; arguments that differ between ranks are not detected, as in torch.
     """
     if not isinstance(schedule, Schedule):
         raise InputError(f"schedule must be a Schedule, got {type(schedule).__name__}")
@@ -828,8 +849,12 @@ def run(
     row = _metadata(schedule, plan, tensor, output, opi, code, detail, n)
     deadline = time.monotonic() + seconds
     what = f"{schedule.name} {coll.describe()}"
-    table = _exchange(row, group, _meta_device(group), rank, p, deadline, what) if p > 1 else [row]
-    _check_table(schedule, table)
+    if check and p > 1:
+        table = _exchange(row, group, _meta_device(group), rank, p, deadline, what)
+        _check_table(schedule, table)
+    else:
+        _check_own_row(schedule, rank, row)
+        table = [row]
     result = output if not coll.in_place else tensor
     if coll.kind is not Kind.BARRIER:
         n = table[0][2]
@@ -845,6 +870,8 @@ def run(
     ctx = _Context(plan, bufs, group, _combine(opi, coll.kind), seconds, deadline)
     if device.type == "cuda":
         _execute_stream(ctx)
+        if coll.kind is Kind.BARRIER:
+            torch.cuda.current_stream(device).synchronize()  # a barrier holds the host, as torch's does
     else:
         _execute_host(ctx)
     bufs.finish()

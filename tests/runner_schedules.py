@@ -104,6 +104,25 @@ def swap_allgather(p: int, k: int) -> Schedule:
     return b.build()
 
 
+def rotate_allgather(p: int, k: int) -> Schedule:
+    """All-gather by rotating one scratch buffer around the ring: in each rotation step every rank
+    sends its scratch to the next rank's scratch, the very slots it is overwritten in by the previous
+    rank, so every receive must land in staging until the same-step send has read the slot."""
+    b = ScheduleBuilder(Collective(Kind.ALLGATHER, p, k), "test-rotate", scratch_chunks=k)
+    with b.step():
+        for r in range(p):
+            b.copy(r, r, 0, k, dst_buf=Buf.SCRATCH)
+            b.copy(r, r, 0, k, dst_index=r * k, dst_buf=Buf.OUTPUT)
+    for s in range(1, p):
+        with b.step():
+            for r in range(p):
+                b.copy(r, (r + 1) % p, 0, k, buf=Buf.SCRATCH)
+        with b.step():
+            for r in range(p):
+                b.copy(r, r, 0, k, buf=Buf.SCRATCH, dst_index=((r - s) % p) * k, dst_buf=Buf.OUTPUT)
+    return b.build()
+
+
 def swap_allreduce(p: int, k: int) -> Schedule:
     """Naive all-reduce: everyone reduces into rank 0, then rank 0 sends back; then a pairwise
     exchange of identical data between ranks 0 and 1 in one step (both read and write the same slots)."""
@@ -126,5 +145,6 @@ def extra_schedules(p: int, k: int = 2) -> list[Schedule]:
     root = p - 1
     return [
         direct_reduce(p, root, k), chain_reduce(p, 0, k), direct_scatter(p, root, k), relay_scatter(p, 0, k),
-        direct_gather(p, root, k), pairwise_alltoall(p, k), swap_allgather(p, k), swap_allreduce(p, k),
+        direct_gather(p, root, k), pairwise_alltoall(p, k), swap_allgather(p, k), rotate_allgather(p, k),
+        swap_allreduce(p, k),
     ]

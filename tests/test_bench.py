@@ -1,0 +1,57 @@
+"""The benchmark: size parsing, bus factors, and `collsched bench` end to end on gloo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from algorithms.ir import Kind
+from runners.bench import BenchError, bus_factor, parse_size, parse_sizes, table
+from runners.cli import main
+
+
+@pytest.mark.parametrize(("text", "size"), [("512", 512), ("1KiB", 1024), ("64MiB", 64 << 20), ("2GiB", 2 << 30),
+                                             ("1KB", 1000), ("3 MiB", 3 << 20), ("4k", 4096)])
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+def test_parse_sizes_doubles_or_lists() -> None:
+    assert parse_sizes("1KiB:8KiB") == [1024, 2048, 4096, 8192]
+    assert parse_sizes("1KiB:64KiB:4") == [1024, 4096, 16384, 65536]
+    assert parse_sizes("1KiB,1MiB") == [1024, 1 << 20]
+
+
+@pytest.mark.parametrize("bad", ["1XiB", "KiB", "8KiB:1KiB", "1KiB:2KiB:1", "1:2:3:4", "0:4"])
+def test_bad_sizes_are_clear_errors(bad: str) -> None:
+    with pytest.raises(BenchError, match="--sizes"):
+        parse_sizes(bad)
+
+
+def test_bus_factors_follow_nccl_tests() -> None:
+    assert bus_factor(Kind.ALLREDUCE, 4) == 1.5
+    assert bus_factor(Kind.ALLGATHER, 4) == bus_factor(Kind.ALLTOALL, 4) == 0.75
+    assert bus_factor(Kind.BROADCAST, 4) == bus_factor(Kind.REDUCE, 8) == 1.0
+
+
+def test_collsched_bench_json_on_two_ranks(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "--nproc", "2", "-c", "reducescatter", "-a", "ring", "--sizes", "1KiB,64KiB",
+                 "--iters", "2", "--warmup", "1", "--json", "--dtype", "int32"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["size"] for r in rows] == [1024, 65536]
+    for r in rows:
+        assert r["count"] == r["size"] // 4 and r["type"] == "int32" and r["ranks"] == 2
+        assert r["wrong"] == 0 and r["native_wrong"] == 0
+        assert r["busbw"] == pytest.approx(r["algbw"] * 0.5)
+        assert r["ratio"] == pytest.approx(r["native_time_us"] / r["time_us"])
+    assert "#wrong" in table(rows) and "ratio" in table(rows)
+
+
+def test_collsched_bench_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--nproc", "2", "-c", "allreduce", "-a", "ring", "--sizes", "1XiB"]) == 2
+    assert "--sizes" in capsys.readouterr().err
+    assert main(["bench", "--nproc", "2", "-c", "allreduce", "-a", "nosuch", "--sizes", "1KiB",
+                 "--iters", "1"]) == 2
+    assert "nosuch" in capsys.readouterr().err
