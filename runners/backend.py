@@ -1,0 +1,1030 @@
+"""The ``collsched`` torch.distributed backend: unmodified PyTorch code runs verified schedules.
+
+``import runners.backend`` registers the backend (so does torch itself at
+``import torch`` when collsched is installed: see the ``torch.backends``
+entry point in pyproject.toml); then ``init_process_group("collsched")``
+makes ``dist.all_reduce`` and every other collective run the schedule that
+the policy (``runners.policy``) picks for its kind, size and world size.
+
+Structure. torch hands a Python backend every tensor of every device, so
+``CollschedProcessGroup`` (a ``dist.ProcessGroup`` subclass, the only kind of
+Python backend torch accepts) dispatches by device itself:
+
+- CPU tensors run on an inner gloo group, CUDA tensors on an inner nccl
+  group (made lazily by ProcessGroupNCCL, one per collsched group);
+- a device that the backend string maps to another backend
+  (``"cpu:gloo,cuda:collsched"``) passes straight through to that backend's
+  own collective;
+- user ``send``/``recv`` pass through to a second inner group, so their
+  tags can never be confused with the schedules' messages;
+- shapes no schedule covers (uneven ``all_to_all_single``, ``all_gather``
+  into tensors of different lengths) and kinds without a registered
+  algorithm run ``runners.direct``'s point-to-point exchanges;
+- reduce ops the schedules do not define (``BAND``, ``BOR``, ``BXOR``) run
+  the inner backend's own collective.
+
+Ordering and errors. Every collective becomes a job on the group's one
+worker thread, a FIFO: collectives complete in the order they were issued,
+and ``async_op=True`` returns at once. The returned ``CollschedWork`` is a
+``dist.Work`` whose ``wait()`` raises the job's exception (the Work torch
+builds from a future swallows it), whose ``get_future()`` completes with the
+output tensors (what DDP's communication hooks chain on) and whose
+``is_completed()`` says whether the job has finished.
+
+CUDA streams. At issue time the job records an event on the caller's
+current stream; the worker makes a per-device communication stream wait
+for it, runs the schedule on that stream, records a completion event, and
+``wait()`` makes the caller's current stream wait for that event (the
+host does not block on the GPU, as with nccl). Tensors are recorded on the
+communication stream so the caching allocator does not reuse them early.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
+from torch.distributed import distributed_c10d as c10d
+
+from algorithms.ir import Kind
+from runners import direct
+from runners.autoload import BACKEND_NAME, register
+from runners.policy import P2P, Choice, Policy, schedule
+from runners.runner import run
+
+__all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "create", "register"]
+
+_R = dist.ReduceOp
+ENV_CHECK = "COLLSCHED_CHECK"
+_OPS = frozenset({_R.SUM, _R.PRODUCT, _R.MIN, _R.MAX, _R.AVG, _R.BAND, _R.BOR, _R.BXOR})
+_SHUTDOWN_TIMEOUT_S = 30.0
+
+Job = Callable[[], Any]
+
+
+# --------------------------------------------------------------------------- Work
+
+
+@dataclass
+class _JobState:
+    """What one queued collective left behind: finished or not, its error, its CUDA completion event."""
+
+    future: torch.futures.Future[Any] = field(default_factory=torch.futures.Future)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    cuda_done: Any = None
+
+
+class CollschedWork(dist.Work):
+    """A collective issued on a collsched group; ``wait()`` raises if it failed."""
+
+    def __init__(self, state: _JobState, what: str, issue_queue: _IssueQueue | None = None) -> None:
+        super().__init__()
+        self._state = state
+        self._what = what
+        self._queue = issue_queue
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        """Block until the collective has run; raise its error; make the current CUDA stream wait for it."""
+        seconds = timeout.total_seconds() if timeout else 0.0
+        if not self._state.done.is_set() and self._queue is not None and self._queue.on_worker():
+            self._queue.run_until(self._state)
+        if not self._state.done.wait(seconds if seconds > 0 else None):
+            raise TimeoutError(f"collsched {self._what} did not complete within {timeout}")
+        if self._state.error is not None:
+            raise self._state.error
+        if self._state.cuda_done is not None:
+            torch.cuda.current_stream().wait_event(self._state.cuda_done)
+        return True
+
+    def is_completed(self) -> bool:
+        """True once the collective has finished, successfully or not (for CUDA: its kernels too)."""
+        if not self._state.done.is_set():
+            return False
+        event = self._state.cuda_done
+        return event is None or self._state.error is not None or bool(event.query())
+
+    def is_success(self) -> bool:
+        """True once the collective has finished without an error."""
+        return self._state.done.is_set() and self._state.error is None
+
+    def exception(self) -> BaseException | None:
+        """The collective's error, or None."""
+        return self._state.error
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        """A future completed with the collective's output tensors, or with its error."""
+        return self._state.future
+
+    def result(self) -> list[torch.Tensor]:
+        """The output tensors, after waiting."""
+        self.wait()
+        value = self._state.future.value()
+        return list(value) if isinstance(value, (list, tuple)) else [value]
+
+    def synchronize(self) -> None:
+        """Same as ``wait()``."""
+        self.wait()
+
+    def __repr__(self) -> str:
+        status = "pending" if not self._state.done.is_set() else ("failed" if self._state.error else "done")
+        return f"CollschedWork({self._what}, {status})"
+
+
+def _completed_work(what: str, outputs: list[torch.Tensor]) -> CollschedWork:
+    state = _JobState()
+    state.future.set_result(outputs)
+    state.done.set()
+    return CollschedWork(state, what)
+
+
+class _IssueQueue:
+    """One worker thread running a group's collectives one at a time, in issue order."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[tuple[Job, _JobState] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, job: Job, state: _JobState) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"collsched group {self._name} has been shut down")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=f"collsched-{self._name}", daemon=True)
+                self._thread.start()
+            self._jobs.put((job, state))
+
+    def _loop(self) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            self._execute(*item)
+
+    @staticmethod
+    def _execute(job: Job, state: _JobState) -> None:
+        try:
+            value = job()
+        except BaseException as err:  # every failure belongs to the caller's wait()
+            state.error = err
+            state.done.set()
+            state.future.set_exception(err)
+            return
+        state.done.set()
+        state.future.set_result(value)  # runs the future's callbacks, on this thread
+
+    def on_worker(self) -> bool:
+        """True on the worker thread itself, e.g. inside a callback chained on a collective's future."""
+        return threading.current_thread() is self._thread
+
+    def run_until(self, state: _JobState) -> None:
+        """On the worker thread, run queued jobs inline, in order, until ``state``'s job is done.
+
+        A callback chained with ``get_future().then(...)`` runs on the worker
+        thread; if it waits for a collective it issued itself, the worker
+        must run that collective or it would wait for itself forever.
+        """
+        while not state.done.is_set():
+            item = self._jobs.get()
+            if item is None:
+                self._jobs.put(None)
+                raise RuntimeError(f"collsched group {self._name} was shut down while a collective was waited on")
+            self._execute(*item)
+
+    def close(self, timeout: float) -> bool:
+        """Let queued jobs finish (up to ``timeout`` seconds) and stop the thread; False if it did not stop."""
+        with self._lock:
+            if self._closed:
+                return True
+            self._closed = True
+            thread = self._thread
+        if thread is None:
+            return True
+        self._jobs.put(None)
+        thread.join(timeout)
+        return not thread.is_alive()
+
+
+# --------------------------------------------------------------------------- inner groups
+
+
+def _inner_group(
+    store: dist.Store, rank: int, size: int, timeout: timedelta, device: str, global_ranks: Sequence[int], label: str
+) -> dist.ProcessGroup:
+    """A plain gloo (CPU) or nccl (CUDA) ProcessGroup over the same ranks, known to ``dist`` for point-to-point.
+
+    It is made like ``_new_process_group_helper`` makes one, but registered
+    only in the tables that ``dist.isend``/``dist.irecv``/``get_global_rank``
+    read: not in ``pg_names``, so ``destroy_process_group`` leaves its
+    shutdown to the collsched group that owns it.
+    """
+    prefix = dist.PrefixStore(f"collsched/{label}/", store)
+    pg = dist.ProcessGroup(prefix, rank, size)
+    if device == "cpu":
+        backend: Any = dist.ProcessGroupGloo(prefix, rank, size, timeout)
+        backend_type, name = dist.ProcessGroup.BackendType.GLOO, "gloo"
+    else:
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        backend = dist.ProcessGroupNCCL(prefix, rank, size, options)
+        backend_type, name = dist.ProcessGroup.BackendType.NCCL, "nccl"
+    backend._set_sequence_number_for_group()
+    pg._set_default_backend(backend_type)
+    pg._register_backend(torch.device(device), backend_type, backend)
+    pg._set_group_name(f"collsched/{label}")  # type: ignore[arg-type]
+    world = c10d._world
+    world.pg_group_ranks[pg] = {g: i for i, g in enumerate(global_ranks)}
+    world.pg_map[pg] = (name, prefix)
+    world.pg_backend_config[pg] = f"{device}:{name}"
+    return pg
+
+
+def _forget_inner_group(pg: dist.ProcessGroup) -> None:
+    world = c10d._world
+    for table in (world.pg_group_ranks, world.pg_map, world.pg_backend_config):
+        table.pop(pg, None)
+    pg.shutdown()
+
+
+# --------------------------------------------------------------------------- the process group
+
+
+def _op_of(opts: Any) -> dist.ReduceOp.RedOpType:
+    op = opts.reduceOp
+    return op.op if hasattr(op, "op") else op
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous 1-D view of ``t`` (a copy when ``t`` is not contiguous; the caller copies back)."""
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+
+
+def _write_back(dst: torch.Tensor, flat: torch.Tensor) -> None:
+    if flat.data_ptr() != dst.data_ptr() or not dst.is_contiguous():
+        dst.copy_(flat.view(dst.shape))
+
+
+def _check_same(tensors: Sequence[torch.Tensor], what: str) -> None:
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        raise ValueError(f"collsched {what}: tensors must share one dtype, got {sorted(map(str, dtypes))}")
+
+
+def _device_type(tensors: Sequence[torch.Tensor], what: str) -> str:
+    types = {t.device.type for t in tensors}
+    if len(types) != 1:
+        raise ValueError(f"collsched {what}: tensors must be on one device type, got {sorted(types)}")
+    return types.pop()
+
+
+class CollschedProcessGroup(dist.ProcessGroup):
+    """A process group whose collectives run collsched schedules on inner gloo/nccl groups.
+
+    Made by ``init_process_group("collsched")`` or ``new_group(backend="collsched")``;
+    see the module docstring for how calls are dispatched.
+    """
+
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        size: int,
+        timeout: timedelta,
+        *,
+        global_ranks: Sequence[int] = (),
+        policy: Policy | None = None,
+    ) -> None:
+        super().__init__(rank, size)  # type: ignore[call-arg]  # torch 2.13: a Python subclass cannot use (store, rank, size)
+        self._policy = Policy.from_env() if policy is None else policy
+        self._policy.validate(size)
+        self._global_ranks = tuple(global_ranks) or tuple(range(size))
+        self._store = store
+        self._timeout = timeout
+        # Cross-rank argument checks cost the runner one metadata all-gather per
+        # collective; like TORCH_DISTRIBUTED_DEBUG they are opt-in.
+        self._check = os.environ.get(ENV_CHECK, "0") == "1"
+        self._group_name = ""
+        self._group_desc = ""
+        self._modes: dict[str, str] | None = None
+        # gloo connects every pair when it is made: that needs every rank, so
+        # the CPU groups are made now (and not at a first send, which only two
+        # ranks would reach).
+        self._inner: dict[str, dist.ProcessGroup] = {
+            "cpu": _inner_group(store, rank, size, timeout, "cpu", self._global_ranks, "cpu"),
+            "cpu-p2p": _inner_group(store, rank, size, timeout, "cpu", self._global_ranks, "cpu-p2p"),
+        }
+        if torch.cuda.is_available() and dist.is_nccl_available():
+            self._inner["cuda"] = _inner_group(store, rank, size, timeout, "cuda", self._global_ranks, "cuda")
+        self._queue = _IssueQueue(f"r{rank}")
+        self._streams: dict[int, Any] = {}
+        self._closed = False
+        self.executed: collections.Counter[str] = collections.Counter()
+        """How many collectives ran each way, as ``kind/algorithm`` (``p2p``: the direct fallback)."""
+        _LIVE.add(self)
+
+    # ------------------------------------------------------------------ identity
+
+    def getBackendName(self) -> str:
+        """The backend name torch reports: ``collsched``."""
+        return BACKEND_NAME
+
+    def getGroupName(self) -> str:
+        return self._group_name
+
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupDesc(self) -> str:
+        return self._group_desc
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    @property
+    def policy(self) -> Policy:
+        """The algorithm policy this group was made with."""
+        return self._policy
+
+    def __repr__(self) -> str:
+        return f"CollschedProcessGroup(rank={self.rank()}, size={self.size()}, name={self._group_name!r})"
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _mode(self, device: str) -> str:
+        """``schedule`` if the backend string maps ``device`` to collsched, else the backend it names."""
+        if self._modes is None:
+            try:
+                config = dist.get_backend_config(self)
+            except (ValueError, RuntimeError, AssertionError, KeyError):
+                config = BACKEND_NAME
+            modes: dict[str, str] = {}
+            for pair in config.split(","):
+                dev, sep, backend = pair.partition(":")
+                if sep:
+                    modes[dev.strip()] = backend.strip()
+            self._modes = modes
+        backend = self._modes.get(device, BACKEND_NAME)
+        return "schedule" if backend == BACKEND_NAME else backend
+
+    def _group(self, device: str) -> dist.ProcessGroup:
+        try:
+            return self._inner[device]
+        except KeyError:
+            raise RuntimeError(f"collsched has no backend for {device} tensors (available: cpu"
+                               f"{', cuda' if 'cuda' in self._inner else ''})") from None
+
+    def _native(self, tensors: Sequence[torch.Tensor], what: str) -> dist.ProcessGroup | None:
+        """The inner group to pass a call straight to, when the backend string maps the device elsewhere."""
+        device = _device_type(tensors, what)
+        if self._mode(device) == "schedule":
+            return None
+        return self._group(device)
+
+    def _submit(self, what: str, tensors: Sequence[torch.Tensor], job: Job) -> CollschedWork:
+        """Queue ``job`` (which returns the outputs) behind every earlier collective of this group."""
+        state = _JobState()
+        device = _device_type(tensors, what) if tensors else "cpu"
+        run = job
+        if device == "cuda":
+            run = self._on_stream(tensors, job, state)
+        self._queue.submit(run, state)
+        return CollschedWork(state, what, self._queue)
+
+    def _on_stream(self, tensors: Sequence[torch.Tensor], job: Job, state: _JobState) -> Job:
+        """Wrap ``job`` to run on the device's communication stream after the caller's current stream."""
+        index = tensors[0].device.index if tensors[0].device.index is not None else torch.cuda.current_device()
+        stream = self._streams.get(index)
+        if stream is None:
+            stream = self._streams[index] = torch.cuda.Stream(device=index)
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(index))
+
+        def run() -> Any:
+            with torch.cuda.device(index), torch.cuda.stream(stream):
+                stream.wait_event(ready)
+                value = job()
+                for t in tensors:
+                    t.record_stream(stream)
+                done = torch.cuda.Event()
+                done.record(stream)
+                state.cuda_done = done
+            return value
+
+        return run
+
+    def _choose(self, kind: Kind, nbytes: int) -> Choice:
+        return self._policy.choose(kind, nbytes, self.size())
+
+    def _execute(
+        self,
+        kind: Kind,
+        group: dist.ProcessGroup,
+        tensor: torch.Tensor | None,
+        output: torch.Tensor | None = None,
+        *,
+        nbytes: int,
+        op: dist.ReduceOp.RedOpType = _R.SUM,
+        root: int | None = None,
+    ) -> None:
+        """Run the policy's schedule for ``kind`` on contiguous 1-D tensors (or the direct fallback).
+
+        Tensors follow ``runners.runner.run``: in-place kinds use ``tensor``;
+        ``tensor`` is None on the non-roots of scatter and ``output`` on the
+        non-roots of gather; a barrier has neither. ``nbytes`` is the size the
+        policy sees (nccl-tests conventions), identical on every rank.
+        """
+        choice = self._choose(kind, nbytes)
+        if choice.algorithm == P2P:
+            self.executed[f"{kind}/{P2P}"] += 1
+            _direct(kind, group, tensor, output, op=op, root=root)
+            return
+        self.executed[f"{kind}/{choice}"] += 1
+        sched = schedule(kind, choice, self.size(), root)
+        run(sched, tensor, output, op=op, group=group, timeout=self._timeout, check=self._check)
+
+    # ------------------------------------------------------------------ all-reduce
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
+        """``dist.all_reduce``: the allreduce schedule, in place."""
+        opts = opts if opts is not None else _c10d.AllreduceOptions()
+        native = self._native(tensors, "allreduce")
+        if native is not None:
+            return native.allreduce(tensors, opts)
+        op = _op_of(opts)
+        self._check_op(op, "allreduce")
+        group = self._group(_device_type(tensors, "allreduce"))
+
+        def job() -> list[torch.Tensor]:
+            for t in tensors:
+                self._allreduce_one(group, t, op, opts)
+            return tensors
+
+        return self._submit("allreduce", tensors, job)
+
+    def _allreduce_one(self, group: dist.ProcessGroup, t: torch.Tensor, op: Any, opts: Any) -> None:
+        flat = _flat(t)
+        self._execute(Kind.ALLREDUCE, group, flat, op=op, nbytes=_nbytes(flat))
+        _write_back(t, flat)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        """``dist.all_reduce_coalesced`` and the coalescing manager: one allreduce per dtype over the concatenation."""
+        opts = opts if opts is not None else _c10d.AllreduceCoalescedOptions()
+        native = self._native(tensors, "allreduce_coalesced")
+        if native is not None:
+            return native.allreduce_coalesced(tensors, opts)
+        op = _op_of(opts)
+        self._check_op(op, "allreduce_coalesced")
+        group = self._group(_device_type(tensors, "allreduce_coalesced"))
+        single = _c10d.AllreduceOptions()
+        single.reduceOp = opts.reduceOp
+
+        def job() -> list[torch.Tensor]:
+            by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+            for t in tensors:
+                by_dtype.setdefault(t.dtype, []).append(t)
+            for same in by_dtype.values():
+                flat = torch.cat([t.reshape(-1) for t in same])
+                self._allreduce_one(group, flat, op, single)
+                for t, piece in zip(same, flat.split([t.numel() for t in same]), strict=True):
+                    t.copy_(piece.view(t.shape))
+            return tensors
+
+        return self._submit("allreduce_coalesced", tensors, job)
+
+    # ------------------------------------------------------------------ broadcast / reduce
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
+        """``dist.broadcast``: the broadcast schedule rooted at ``opts.rootRank``."""
+        opts = opts if opts is not None else _c10d.BroadcastOptions()
+        native = self._native(tensors, "broadcast")
+        if native is not None:
+            return native.broadcast(tensors, opts)
+        root = self._check_root(opts.rootRank, "broadcast")
+        group = self._group(_device_type(tensors, "broadcast"))
+
+        def job() -> list[torch.Tensor]:
+            for t in tensors:
+                flat = _flat(t)
+                self._execute(Kind.BROADCAST, group, flat, root=root, nbytes=_nbytes(flat))
+                _write_back(t, flat)
+            return tensors
+
+        return self._submit("broadcast", tensors, job)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
+        """``dist.reduce``: the reduce schedule to ``opts.rootRank`` (direct if none is registered)."""
+        opts = opts if opts is not None else _c10d.ReduceOptions()
+        native = self._native(tensors, "reduce")
+        if native is not None:
+            return native.reduce(tensors, opts)
+        root = self._check_root(opts.rootRank, "reduce")
+        op = _op_of(opts)
+        self._check_op(op, "reduce")
+        group = self._group(_device_type(tensors, "reduce"))
+
+        def job() -> list[torch.Tensor]:
+            for t in tensors:
+                flat = _flat(t)
+                # The schedule may leave partial sums in non-root buffers; torch
+                # promises nothing there, but we keep the caller's data intact.
+                work = flat if self.rank() == root else flat.clone()
+                self._execute(Kind.REDUCE, group, work, op=op, root=root, nbytes=_nbytes(work))
+                if self.rank() == root:
+                    _write_back(t, flat)
+            return tensors
+
+        return self._submit("reduce", tensors, job)
+
+    # ------------------------------------------------------------------ all-gather
+
+    def allgather(  # type: ignore[override]
+        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
+    ) -> dist.Work:
+        """``dist.all_gather``: the allgather schedule, or direct exchange when the outputs differ in length."""
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
+        native = self._native(input_tensors, "allgather")
+        if native is not None:
+            return native.allgather(output_tensors, input_tensors, opts)
+        if len(output_tensors) != len(input_tensors):
+            raise ValueError("collsched allgather: one output list per input tensor")
+        for outs in output_tensors:
+            self._check_count(outs, "allgather output list")
+        group = self._group(_device_type(input_tensors, "allgather"))
+
+        def job() -> list[list[torch.Tensor]]:
+            for outs, t in zip(output_tensors, input_tensors, strict=True):
+                self._allgather_list(group, outs, t)
+            return output_tensors
+
+        return self._submit("allgather", input_tensors, job)
+
+    def _allgather_list(self, group: dist.ProcessGroup, outs: list[torch.Tensor], t: torch.Tensor) -> None:
+        _check_same([*outs, t], "allgather")
+        if any(o.numel() != t.numel() for o in outs):
+            flats = [_flat(o) for o in outs]
+            self.executed[f"{Kind.ALLGATHER}/{P2P}"] += 1
+            direct.allgather(group, flats, _flat(t))
+            for o, f in zip(outs, flats, strict=True):
+                _write_back(o, f)
+            return
+        out = torch.empty(self.size() * t.numel(), dtype=t.dtype, device=t.device)
+        self._execute(Kind.ALLGATHER, group, _flat(t), out, nbytes=_nbytes(out))
+        for o, piece in zip(outs, out.chunk(self.size()), strict=True):
+            o.copy_(piece.view(o.shape))
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        """``dist.all_gather_into_tensor``: the allgather schedule from ``input`` into ``output``."""
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
+        native = self._native([output, input], "all_gather_into_tensor")
+        if native is not None:
+            return native.all_gather_single(output, input, opts)
+        self._check_gather_sizes(output, input, "all_gather_into_tensor")
+        group = self._group(_device_type([input], "all_gather_into_tensor"))
+
+        def job() -> list[torch.Tensor]:
+            self._gather_into(group, output, input)
+            return [output]
+
+        return self._submit("all_gather_into_tensor", [output, input], job)
+
+    _allgather_base = all_gather_single
+
+    def _gather_into(self, group: dist.ProcessGroup, output: torch.Tensor, input: torch.Tensor) -> None:
+        out = _flat(output)
+        self._execute(Kind.ALLGATHER, group, _flat(input), out, nbytes=_nbytes(out))
+        _write_back(output, out)
+
+    def allgather_coalesced(
+        self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor], opts: Any = None
+    ) -> dist.Work:
+        """``dist.all_gather_coalesced``: one all-gather per input tensor, in one queued job."""
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
+        native = self._native(input_list, "allgather_coalesced")
+        if native is not None:
+            return native.allgather_coalesced(output_lists, input_list, opts)
+        if len(output_lists) != self.size():
+            raise ValueError(
+                f"collsched allgather_coalesced: expected {self.size()} output lists, got {len(output_lists)}"
+            )
+        group = self._group(_device_type(input_list, "allgather_coalesced"))
+
+        def job() -> list[list[torch.Tensor]]:
+            for i, t in enumerate(input_list):
+                self._allgather_list(group, [outs[i] for outs in output_lists], t)
+            return output_lists
+
+        return self._submit("allgather_coalesced", input_list, job)
+
+    def all_gather_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> dist.Work:
+        """All-gather each ``inputs[i]`` into ``outputs[i]`` (coalescing manager, functional collectives)."""
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
+        native = self._native([*outputs, *inputs], "all_gather_into_tensor_coalesced")
+        if native is not None:
+            return native.all_gather_single_coalesced(outputs, inputs, opts)
+        for o, i in zip(outputs, inputs, strict=True):
+            self._check_gather_sizes(o, i, "all_gather_into_tensor_coalesced")
+        group = self._group(_device_type(inputs, "all_gather_into_tensor_coalesced"))
+
+        def job() -> list[torch.Tensor]:
+            for o, i in zip(outputs, inputs, strict=True):
+                self._gather_into(group, o, i)
+            return outputs
+
+        return self._submit("all_gather_into_tensor_coalesced", [*outputs, *inputs], job)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ reduce-scatter
+
+    def reduce_scatter(  # type: ignore[override]
+        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
+    ) -> dist.Work:
+        """``dist.reduce_scatter``: the reducescatter schedule, or direct exchange for uneven pieces."""
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        native = self._native(output_tensors, "reduce_scatter")
+        if native is not None:
+            return native.reduce_scatter(output_tensors, input_tensors, opts)
+        op = _op_of(opts)
+        self._check_op(op, "reduce_scatter")
+        for ins in input_tensors:
+            self._check_count(ins, "reduce_scatter input list")
+        group = self._group(_device_type(output_tensors, "reduce_scatter"))
+
+        def job() -> list[torch.Tensor]:
+            for out, ins in zip(output_tensors, input_tensors, strict=True):
+                _check_same([out, *ins], "reduce_scatter")
+                if any(i.numel() != out.numel() for i in ins):
+                    flat = _flat(out)
+                    self.executed[f"{Kind.REDUCESCATTER}/{P2P}"] += 1
+                    direct.reduce_scatter(group, flat, [_flat(i) for i in ins], op)
+                    _write_back(out, flat)
+                    continue
+                src = torch.cat([i.reshape(-1) for i in ins])
+                flat = _flat(out)
+                self._execute(Kind.REDUCESCATTER, group, src, flat, op=op, nbytes=_nbytes(src))
+                _write_back(out, flat)
+            return output_tensors
+
+        return self._submit("reduce_scatter", output_tensors, job)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        """``dist.reduce_scatter_tensor``: the reducescatter schedule from ``input`` into ``output``."""
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        native = self._native([output, input], "reduce_scatter_tensor")
+        if native is not None:
+            return native.reduce_scatter_single(output, input, opts)
+        op = _op_of(opts)
+        self._check_op(op, "reduce_scatter_tensor")
+        self._check_gather_sizes(input, output, "reduce_scatter_tensor")
+        group = self._group(_device_type([input], "reduce_scatter_tensor"))
+
+        def job() -> list[torch.Tensor]:
+            self._scatter_from(group, output, input, op)
+            return [output]
+
+        return self._submit("reduce_scatter_tensor", [output, input], job)
+
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
+
+    def _scatter_from(self, group: dist.ProcessGroup, output: torch.Tensor, input: torch.Tensor, op: Any) -> None:
+        out = _flat(output)
+        self._execute(Kind.REDUCESCATTER, group, _flat(input), out, op=op, nbytes=_nbytes(input))
+        _write_back(output, out)
+
+    def reduce_scatter_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> dist.Work:
+        """Reduce-scatter each ``inputs[i]`` into ``outputs[i]`` (coalescing manager, functional collectives)."""
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        native = self._native([*outputs, *inputs], "reduce_scatter_tensor_coalesced")
+        if native is not None:
+            return native.reduce_scatter_single_coalesced(outputs, inputs, opts)
+        op = _op_of(opts)
+        self._check_op(op, "reduce_scatter_tensor_coalesced")
+        for o, i in zip(outputs, inputs, strict=True):
+            self._check_gather_sizes(i, o, "reduce_scatter_tensor_coalesced")
+        group = self._group(_device_type(inputs, "reduce_scatter_tensor_coalesced"))
+
+        def job() -> list[torch.Tensor]:
+            for o, i in zip(outputs, inputs, strict=True):
+                self._scatter_from(group, o, i, op)
+            return outputs
+
+        return self._submit("reduce_scatter_tensor_coalesced", [*outputs, *inputs], job)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ gather / scatter
+
+    def gather(  # type: ignore[override]
+        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
+    ) -> dist.Work:
+        """``dist.gather``: the gather schedule to ``opts.rootRank`` (direct when none is registered or uneven)."""
+        opts = opts if opts is not None else _c10d.GatherOptions()
+        native = self._native(input_tensors, "gather")
+        if native is not None:
+            return native.gather(output_tensors, input_tensors, opts)
+        root = self._check_root(opts.rootRank, "gather")
+        me = self.rank()
+        if me == root:
+            if len(output_tensors) != 1:
+                raise ValueError("collsched gather: the root needs exactly one gather_list")
+            self._check_count(output_tensors[0], "gather_list")
+        elif output_tensors and output_tensors[0]:
+            raise ValueError(f"collsched gather: gather_list must be empty on non-root rank {me}")
+        (t,) = input_tensors
+        outs = output_tensors[0] if me == root else None
+        group = self._group(_device_type(input_tensors, "gather"))
+
+        def job() -> list[list[torch.Tensor]]:
+            if outs is not None and any(o.numel() != t.numel() for o in outs):
+                # Only the root knows the sizes; torch's gloo rejects this case, and so do we.
+                raise ValueError("collsched gather: every gather_list tensor must have the input's size")
+            out = torch.empty(self.size() * t.numel(), dtype=t.dtype, device=t.device) if outs is not None else None
+            self._execute(Kind.GATHER, group, _flat(t), out, root=root, nbytes=_nbytes(t) * self.size())
+            for o, piece in zip(outs or [], out.chunk(self.size()) if out is not None else [], strict=True):
+                o.copy_(piece.view(o.shape))
+            return output_tensors
+
+        return self._submit("gather", input_tensors, job)
+
+    def scatter(  # type: ignore[override]
+        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
+    ) -> dist.Work:
+        """``dist.scatter``: the scatter schedule from ``opts.rootRank`` (direct when none is registered or uneven)."""
+        opts = opts if opts is not None else _c10d.ScatterOptions()
+        native = self._native(output_tensors, "scatter")
+        if native is not None:
+            return native.scatter(output_tensors, input_tensors, opts)
+        root = self._check_root(opts.rootRank, "scatter")
+        me = self.rank()
+        if me == root:
+            if len(input_tensors) != 1:
+                raise ValueError("collsched scatter: the root needs exactly one scatter_list")
+            self._check_count(input_tensors[0], "scatter_list")
+        elif input_tensors and input_tensors[0]:
+            raise ValueError(f"collsched scatter: scatter_list must be empty on non-root rank {me}")
+        (t,) = output_tensors
+        ins = input_tensors[0] if me == root else None
+        group = self._group(_device_type(output_tensors, "scatter"))
+
+        def job() -> list[torch.Tensor]:
+            if ins is not None and any(i.numel() != t.numel() for i in ins):
+                raise ValueError("collsched scatter: every scatter_list tensor must have the output's size")
+            flat = _flat(t)
+            src = torch.cat([i.reshape(-1) for i in ins]) if ins is not None else None
+            self._execute(Kind.SCATTER, group, src, flat, root=root, nbytes=_nbytes(t) * self.size())
+            _write_back(t, flat)
+            return output_tensors
+
+        return self._submit("scatter", output_tensors, job)
+
+    # ------------------------------------------------------------------ all-to-all
+
+    def alltoall(
+        self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any = None
+    ) -> dist.Work:
+        """``dist.all_to_all``: the alltoall schedule, or direct exchange for uneven pieces."""
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
+        native = self._native([*output_tensors, *input_tensors], "all_to_all")
+        if native is not None:
+            return native.alltoall(output_tensors, input_tensors, opts)
+        self._check_count(output_tensors, "all_to_all output list")
+        self._check_count(input_tensors, "all_to_all input list")
+        group = self._group(_device_type(input_tensors, "all_to_all"))
+
+        def job() -> list[torch.Tensor]:
+            self._alltoall_pieces(group, output_tensors, input_tensors)
+            return output_tensors
+
+        return self._submit("all_to_all", [*output_tensors, *input_tensors], job)
+
+    def _alltoall_pieces(
+        self, group: dist.ProcessGroup, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]
+    ) -> None:
+        _check_same([*outs, *ins], "all_to_all")
+        n = ins[0].numel()
+        if all(t.numel() == n for t in (*outs, *ins)):
+            src = torch.cat([t.reshape(-1) for t in ins])
+            dst = torch.empty_like(src)
+            self._execute(Kind.ALLTOALL, group, src, dst, nbytes=_nbytes(src))
+            for o, piece in zip(outs, dst.chunk(self.size()), strict=True):
+                o.copy_(piece.view(o.shape))
+            return
+        flats = [_flat(o) for o in outs]
+        self.executed[f"{Kind.ALLTOALL}/{P2P}"] += 1
+        direct.alltoall(group, flats, [_flat(i) for i in ins])
+        for o, f in zip(outs, flats, strict=True):
+            _write_back(o, f)
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: Any = None,
+    ) -> dist.Work:
+        """``dist.all_to_all_single``: the alltoall schedule for even splits, direct exchange otherwise."""
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
+        native = self._native([output, input], "all_to_all_single")
+        if native is not None:
+            return native.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
+        outs = self._split_rows(output, list(output_split_sizes), "output")
+        ins = self._split_rows(input, list(input_split_sizes), "input")
+        group = self._group(_device_type([input], "all_to_all_single"))
+
+        def job() -> list[torch.Tensor]:
+            self._alltoall_pieces(group, outs, ins)
+            return [output]
+
+        return self._submit("all_to_all_single", [output, input], job)
+
+    alltoall_base = all_to_all_single  # type: ignore[assignment]
+
+    def _split_rows(self, t: torch.Tensor, splits: list[int], what: str) -> list[torch.Tensor]:
+        """The p pieces of ``t`` along dim 0: equal when ``splits`` is empty (as torch's API)."""
+        p = self.size()
+        rows = t.shape[0] if t.dim() else t.numel()
+        if not splits:
+            if rows % p:
+                raise ValueError(f"collsched all_to_all_single: {what} dim 0 ({rows}) is not divisible by {p} ranks")
+            splits = [rows // p] * p
+        if len(splits) != p or any(s < 0 for s in splits) or sum(splits) != rows:
+            raise ValueError(
+                f"collsched all_to_all_single: {what} split sizes {splits} must be {p} non-negative sizes "
+                f"summing to dim 0 ({rows})"
+            )
+        return list(t.split(splits)) if t.dim() else [t.reshape(-1)[:0] for _ in range(p)]
+
+    # ------------------------------------------------------------------ barrier and point-to-point
+
+    def barrier(self, opts: Any = None) -> dist.Work:
+        """``dist.barrier``: the barrier schedule on a one-element token, after every earlier collective."""
+        group = self._inner["cpu"]
+
+        def job() -> list[torch.Tensor]:
+            self._execute(Kind.BARRIER, group, None, nbytes=0)
+            return []
+
+        return self._submit("barrier", [], job)
+
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int) -> dist.Work:
+        """``dist.send``/``isend``: passed through to the inner backend (a separate channel for CPU)."""
+        device = _device_type(tensors, "send")
+        if device == "cpu" or self._mode(device) != "schedule":
+            return self._p2p(device).send(tensors, dstRank, tag)
+        group = self._group(device)
+        return self._submit("send", tensors, lambda: (group.send(tensors, dstRank, tag).wait(), tensors)[1])
+
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int) -> dist.Work:
+        """``dist.recv``/``irecv``: passed through to the inner backend (a separate channel for CPU)."""
+        device = _device_type(tensors, "recv")
+        if device == "cpu" or self._mode(device) != "schedule":
+            return self._p2p(device).recv(tensors, srcRank, tag)
+        group = self._group(device)
+        return self._submit("recv", tensors, lambda: (group.recv(tensors, srcRank, tag).wait(), tensors)[1])
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
+        """``dist.recv`` without a source: passed through to the inner backend."""
+        return self._p2p(_device_type(tensors, "recv")).recv_anysource(tensors, tag)
+
+    def _p2p(self, device: str) -> dist.ProcessGroup:
+        return self._inner["cpu-p2p"] if device == "cpu" else self._group(device)
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_root(self, root: int, what: str) -> int:
+        if not 0 <= root < self.size():
+            raise ValueError(f"collsched {what}: root {root} out of range for {self.size()} ranks")
+        return root
+
+    def _check_count(self, tensors: Sequence[torch.Tensor], what: str) -> None:
+        if len(tensors) != self.size():
+            raise ValueError(f"collsched {what}: expected {self.size()} tensors (one per rank), got {len(tensors)}")
+
+    def _check_gather_sizes(self, big: torch.Tensor, small: torch.Tensor, what: str) -> None:
+        if big.dtype != small.dtype:
+            raise ValueError(f"collsched {what}: dtypes differ ({big.dtype} vs {small.dtype})")
+        if big.numel() != self.size() * small.numel():
+            raise ValueError(
+                f"collsched {what}: the large tensor must hold {self.size()} × {small.numel()} elements, "
+                f"got {big.numel()}"
+            )
+
+    def _check_op(self, op: Any, what: str) -> None:
+        """Every ReduceOp but PREMUL_SUM (an nccl-only op) is served; dtype rules are the runner's."""
+        if op not in _OPS:
+            raise ValueError(f"collsched {what}: reduce op {op} is not supported (gloo does not have it either)")
+
+    # ------------------------------------------------------------------ lifetime
+
+    def shutdown(self) -> None:
+        """Finish queued collectives, stop the worker thread and release the inner groups (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.close(_SHUTDOWN_TIMEOUT_S)
+        for inner in self._inner.values():
+            _forget_inner_group(inner)
+        self._inner.clear()
+        _LIVE.discard(self)
+
+    def abort(self) -> None:
+        """Stop without waiting for queued collectives; release the inner groups."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.close(0.0)
+        for inner in self._inner.values():
+            inner.abort()
+            _forget_inner_group(inner)
+        self._inner.clear()
+        _LIVE.discard(self)
+
+
+def _pieces(t: torch.Tensor, p: int) -> list[torch.Tensor]:
+    """The p equal consecutive pieces of a 1-D tensor (also when it is empty)."""
+    return list(t.view(p, -1).unbind(0))
+
+
+def _direct(
+    kind: Kind,
+    group: dist.ProcessGroup,
+    tensor: torch.Tensor | None,
+    output: torch.Tensor | None,
+    *,
+    op: Any,
+    root: int | None,
+) -> None:
+    """The point-to-point implementation of one kind, with ``runners.runner.run``'s tensor arguments."""
+    p, root = group.size(), root or 0
+    if kind is Kind.BARRIER:
+        direct.barrier(group)
+    elif kind is Kind.SCATTER:
+        direct.scatter(group, _given(output), None if tensor is None else _pieces(tensor, p), root)
+    elif kind is Kind.GATHER:
+        direct.gather(group, None if output is None else _pieces(output, p), _given(tensor), root)
+    elif kind is Kind.ALLREDUCE:
+        direct.allreduce(group, _given(tensor), op)
+    elif kind is Kind.BROADCAST:
+        direct.broadcast(group, _given(tensor), root)
+    elif kind is Kind.REDUCE:
+        direct.reduce(group, _given(tensor), root, op)
+    elif kind is Kind.ALLGATHER:
+        direct.allgather(group, _pieces(_given(output), p), _given(tensor))
+    elif kind is Kind.REDUCESCATTER:
+        direct.reduce_scatter(group, _given(output), _pieces(_given(tensor), p), op)
+    else:
+        direct.alltoall(group, _pieces(_given(output), p), _pieces(_given(tensor), p))
+
+
+def _given(t: torch.Tensor | None) -> torch.Tensor:
+    if t is None:
+        raise ValueError("collsched: a tensor argument is missing")
+    return t
+
+# --------------------------------------------------------------------------- registration
+
+_LIVE: weakref.WeakSet[CollschedProcessGroup] = weakref.WeakSet()
+
+
+def create(opts: Any, backend_options: Any = None) -> CollschedProcessGroup:
+    """The creator torch calls (extended API): one ``CollschedProcessGroup`` for the group being made."""
+    return CollschedProcessGroup(
+        opts.store,
+        opts.group_rank,
+        opts.group_size,
+        opts.timeout,
+        global_ranks=list(opts.global_ranks_in_group),
+    )
+
+
+@atexit.register
+def _shutdown_live_groups() -> None:
+    """Release groups the program did not destroy: a gloo group alive at interpreter exit can abort it."""
+    for pg in list(_LIVE):
+        pg.shutdown()
+
+
+register()

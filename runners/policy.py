@@ -1,0 +1,322 @@
+"""Which algorithm serves a collective of a given size on a given world size.
+
+A ``Policy`` is an ordered list of rules per collective kind; the first rule
+whose byte and rank ranges contain the call wins. Rules come from three
+places, later ones overriding earlier ones kind by kind:
+
+1. built-in defaults (``DEFAULTS``): for each size band a preference list of
+   algorithm names, of which the first one registered and able to serve the
+   world size is used, so the defaults follow whatever the algorithm library
+   holds;
+2. a JSON tuning file, named by ``COLLSCHED_TUNING`` or passed in
+   (format ``collsched.tuning/1``, see ``docs/backend.md``);
+3. the environment variable ``COLLSCHED_ALGORITHMS``, such as
+   ``"allreduce=ring,allgather=bruck:chunks=2"``, which pins one algorithm
+   per kind for every size.
+
+The name ``p2p`` is always available: the backend's direct point-to-point
+implementation (``runners.direct``: every rank exchanges with its peers
+directly, no schedule). It is not ``direct``, because the algorithm library
+may register a schedule of that name.
+It is also what a kind gets when no registered algorithm can serve it.
+
+Names given by the user are checked against the registry when the policy is
+made, so a typo is a ``PolicyError`` at ``init_process_group``, not a failure
+at the first collective. Sizes follow nccl-tests (DESIGN.md): the buffer for
+allreduce, broadcast and reduce; the output for allgather and gather; the
+input for reducescatter, scatter and alltoall.
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from algorithms import registry
+from algorithms.errors import CollschedError, RegistryError
+from algorithms.ir import ROOTED_KINDS, Kind, Schedule
+
+__all__ = [
+    "DEFAULTS",
+    "P2P",
+    "ENV_ALGORITHMS",
+    "ENV_TUNING",
+    "TUNING_FORMAT",
+    "Choice",
+    "Policy",
+    "PolicyError",
+    "Rule",
+    "schedule",
+]
+
+P2P = "p2p"
+ENV_ALGORITHMS = "COLLSCHED_ALGORITHMS"
+ENV_TUNING = "COLLSCHED_TUNING"
+TUNING_FORMAT = "collsched.tuning/1"
+_MAX_TUNING_BYTES = 1 << 20
+_KIB = 1024
+
+# (largest size in bytes this band serves or None for "any", preference list of
+# "name" or "name:param=value"). Latency-bound algorithms for small messages,
+# bandwidth-optimal ones for large; from 32 MiB the ring pipelines 4 chunks per
+# piece, which measured 5-10 % faster than 1 on gloo (benchmarks/bench_backend.py).
+DEFAULTS: Mapping[Kind, tuple[tuple[int | None, tuple[str, ...]], ...]] = {
+    Kind.ALLREDUCE: (
+        (64 * _KIB, ("recursive_doubling", "rabenseifner", "ring")),
+        (32 * _KIB * _KIB, ("ring",)),
+        (None, ("ring:chunks=4", "ring")),
+    ),
+    Kind.ALLGATHER: ((64 * _KIB, ("recursive_doubling", "bruck", "ring")), (None, ("ring",))),
+    Kind.REDUCESCATTER: ((64 * _KIB, ("recursive_halving", "ring")), (None, ("ring",))),
+    Kind.BROADCAST: ((64 * _KIB, ("binomial",)), (None, ("scatter_allgather", "binomial"))),
+    Kind.REDUCE: ((64 * _KIB, ("binomial",)), (None, ("reducescatter_gather", "binomial"))),
+    Kind.SCATTER: ((None, ("binomial", "linear")),),
+    Kind.GATHER: ((None, ("binomial", "linear")),),
+    Kind.ALLTOALL: ((None, ("pairwise", "linear", "bruck")),),
+    Kind.BARRIER: ((None, ("dissemination",)),),
+}
+
+
+class PolicyError(CollschedError, ValueError):
+    """A tuning file, environment variable or algorithm choice is invalid; the message names it."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """An algorithm name (or ``p2p``) and its parameters, as a hashable value."""
+
+    algorithm: str
+    params: tuple[tuple[str, int], ...] = ()
+
+    def __str__(self) -> str:
+        extra = "".join(f":{k}={v}" for k, v in self.params)
+        return f"{self.algorithm}{extra}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Use one of ``candidates`` (the first that can serve) for calls within the ranges.
+
+    ``max_bytes`` None means any size; ``min_ranks``/``max_ranks`` bound the
+    world size. A user rule has one candidate; a default rule may have several.
+    """
+
+    candidates: tuple[Choice, ...]
+    max_bytes: int | None = None
+    min_ranks: int = 1
+    max_ranks: int | None = None
+    origin: str = "default"
+
+    def covers(self, nbytes: int, ranks: int) -> bool:
+        """True when a call of ``nbytes`` bytes on ``ranks`` ranks falls in this rule's ranges."""
+        if self.max_bytes is not None and nbytes > self.max_bytes:
+            return False
+        return self.min_ranks <= ranks and (self.max_ranks is None or ranks <= self.max_ranks)
+
+
+def _can_serve(kind: Kind, choice: Choice, ranks: int) -> str | None:
+    """Why ``choice`` cannot serve ``kind`` on ``ranks`` ranks, or None when it can."""
+    if choice.algorithm == P2P:
+        return None
+    try:
+        algorithm = registry.get(kind, choice.algorithm)
+        return algorithm.unsupported(ranks, dict(choice.params))
+    except RegistryError as err:
+        return str(err)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Rules per collective kind; ``choose`` picks the algorithm for one call."""
+
+    rules: Mapping[Kind, tuple[Rule, ...]]
+
+    @classmethod
+    def defaults(cls) -> Policy:
+        """The built-in rules, with preference lists (see ``DEFAULTS``)."""
+        rules = {
+            kind: tuple(Rule(tuple(_default_choice(n) for n in names), max_bytes=limit) for limit, names in bands)
+            for kind, bands in DEFAULTS.items()
+        }
+        return cls(rules)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, tuning: str | Path | None = None) -> Policy:
+        """Defaults, then the tuning file (``tuning`` or ``COLLSCHED_TUNING``), then ``COLLSCHED_ALGORITHMS``."""
+        env = os.environ if environ is None else environ
+        policy = cls.defaults()
+        path = tuning if tuning is not None else env.get(ENV_TUNING) or None
+        if path is not None:
+            policy = policy.override(load_tuning(path))
+        spec = env.get(ENV_ALGORITHMS, "").strip()
+        if spec:
+            policy = policy.override(parse_algorithms(spec))
+        return policy
+
+    def override(self, rules: Mapping[Kind, tuple[Rule, ...]]) -> Policy:
+        """This policy with the kinds in ``rules`` replaced; defaults stay behind as a last resort."""
+        merged = dict(self.rules)
+        for kind, kind_rules in rules.items():
+            merged[kind] = tuple(kind_rules) + tuple(r for r in self.rules.get(kind, ()) if r.origin == "default")
+        return Policy(merged)
+
+    def validate(self, ranks: int) -> None:
+        """Raise PolicyError if a user rule that applies to ``ranks`` names an algorithm that cannot serve it."""
+        for kind, kind_rules in self.rules.items():
+            for rule in kind_rules:
+                if rule.origin == "default" or not rule.covers(0, ranks):
+                    continue
+                for choice in rule.candidates:
+                    reason = _can_serve(kind, choice, ranks)
+                    if reason is not None:
+                        raise PolicyError(f"{rule.origin}: {kind}={choice} cannot serve {ranks} ranks: {reason}")
+
+    def choose(self, kind: Kind | str, nbytes: int, ranks: int) -> Choice:
+        """The algorithm for one call: the first covering rule's first candidate that can serve ``ranks``."""
+        kind = Kind(kind)
+        for rule in self.rules.get(kind, ()):
+            if not rule.covers(nbytes, ranks):
+                continue
+            for choice in rule.candidates:
+                if _can_serve(kind, choice, ranks) is None:
+                    return choice
+        return Choice(P2P)
+
+    def describe(self, ranks: int, sizes: tuple[int, ...] = (1024, 1 << 20, 64 << 20)) -> dict[str, dict[int, str]]:
+        """The choice per kind and size for ``ranks`` ranks, for logs and the docs."""
+        return {str(k): {n: str(self.choose(k, n, ranks)) for n in sizes} for k in Kind}
+
+
+def _default_choice(spec: str) -> Choice:
+    """``"ring:chunks=4"`` as a Choice, unchecked: a default the library cannot serve is skipped when chosen."""
+    name, *items = spec.split(":")
+    return Choice(name, tuple(sorted((k, int(v)) for k, v in (item.split("=") for item in items))))
+
+
+def _kind(name: str, where: str) -> Kind:
+    try:
+        return Kind(name.strip())
+    except ValueError:
+        names = ", ".join(k.value for k in Kind)
+        raise PolicyError(f"{where}: unknown collective {name.strip()!r} (one of {names})") from None
+
+
+def _choice(kind: Kind, name: str, params: Mapping[str, Any], where: str) -> Choice:
+    """A user's choice, checked: the algorithm exists for the kind and its parameters are known and valid."""
+    if not isinstance(name, str) or not name:
+        raise PolicyError(f"{where}: algorithm must be a non-empty string, got {name!r}")
+    if name == P2P:
+        if params:
+            raise PolicyError(f"{where}: {P2P} takes no parameters, got {', '.join(params)}")
+        return Choice(P2P)
+    try:
+        algorithm = registry.get(kind, name)
+        resolved = algorithm.resolve(dict(params))
+    except RegistryError as err:
+        raise PolicyError(f"{where}: {err}") from None
+    return Choice(name, tuple(sorted((k, v) for k, v in resolved.items() if k in params)))
+
+
+def parse_algorithms(spec: str, *, where: str = ENV_ALGORITHMS) -> dict[Kind, tuple[Rule, ...]]:
+    """Rules from ``"allreduce=ring,allgather=bruck:chunks=2"``: one algorithm per kind, every size."""
+    rules: dict[Kind, tuple[Rule, ...]] = {}
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        kind_name, sep, rest = item.partition("=")
+        if not sep or not rest.strip():
+            raise PolicyError(f"{where}: expected KIND=ALGORITHM[:PARAM=VALUE...], got {item.strip()!r}")
+        kind = _kind(kind_name, where)
+        if kind in rules:
+            raise PolicyError(f"{where}: {kind} is given twice")
+        name, *param_items = rest.strip().split(":")
+        params: dict[str, int] = {}
+        for p in param_items:
+            key, psep, value = p.partition("=")
+            if not psep or not value.strip().lstrip("-").isdigit():
+                raise PolicyError(f"{where}: {kind}: parameter must be NAME=INTEGER, got {p!r}")
+            params[key.strip()] = int(value)
+        rules[kind] = (Rule((_choice(kind, name.strip(), params, f"{where}: {kind}"),), origin=where),)
+    return rules
+
+
+_RULE_KEYS = frozenset({"algorithm", "params", "max_bytes", "min_ranks", "max_ranks"})
+
+
+def _int_field(entry: Mapping[str, Any], key: str, where: str, low: int) -> int | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise PolicyError(f"{where}.{key}: must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _rule(kind: Kind, entry: Any, where: str) -> Rule:
+    if not isinstance(entry, dict):
+        raise PolicyError(f"{where}: a rule must be an object, got {type(entry).__name__}")
+    unknown = sorted(set(entry) - _RULE_KEYS)
+    if unknown:
+        raise PolicyError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_RULE_KEYS))})")
+    if "algorithm" not in entry:
+        raise PolicyError(f"{where}: missing key 'algorithm'")
+    params = entry.get("params", {})
+    if not isinstance(params, dict):
+        raise PolicyError(f"{where}.params: must be an object, got {type(params).__name__}")
+    choice = _choice(kind, entry["algorithm"], params, where)
+    return Rule(
+        (choice,),
+        max_bytes=_int_field(entry, "max_bytes", where, 0),
+        min_ranks=_int_field(entry, "min_ranks", where, 1) or 1,
+        max_ranks=_int_field(entry, "max_ranks", where, 1),
+        origin=where,
+    )
+
+
+def parse_tuning(data: Any, *, where: str = "tuning") -> dict[Kind, tuple[Rule, ...]]:
+    """Rules from a parsed tuning document: ``{"format": "collsched.tuning/1", "rules": {kind: [rule, ...]}}``."""
+    if not isinstance(data, dict):
+        raise PolicyError(f"{where}: must be a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - {"format", "rules", "comment"})
+    if unknown:
+        raise PolicyError(f"{where}: unknown key {unknown[0]!r} (known: comment, format, rules)")
+    if data.get("format") != TUNING_FORMAT:
+        raise PolicyError(f"{where}.format: must be {TUNING_FORMAT!r}, got {data.get('format')!r}")
+    rules_in = data.get("rules", {})
+    if not isinstance(rules_in, dict):
+        raise PolicyError(f"{where}.rules: must be an object of kind -> list of rules")
+    rules: dict[Kind, tuple[Rule, ...]] = {}
+    for kind_name, entries in rules_in.items():
+        kind = _kind(kind_name, f"{where}.rules")
+        if not isinstance(entries, list):
+            raise PolicyError(f"{where}.rules.{kind}: must be a list of rules")
+        rules[kind] = tuple(_rule(kind, e, f"{where}.rules.{kind}[{i}]") for i, e in enumerate(entries))
+    return rules
+
+
+def load_tuning(path: str | Path) -> dict[Kind, tuple[Rule, ...]]:
+    """Rules from a JSON tuning file; a missing, oversized or malformed file is a PolicyError naming it."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > _MAX_TUNING_BYTES:
+            raise PolicyError(f"{p}: tuning file larger than {_MAX_TUNING_BYTES} bytes")
+        data = json.loads(p.read_text())
+    except OSError as err:
+        raise PolicyError(f"{p}: cannot read tuning file: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise PolicyError(f"{p}: not valid JSON: {err}") from None
+    return parse_tuning(data, where=str(p))
+
+
+@functools.lru_cache(maxsize=512)
+def schedule(kind: Kind, choice: Choice, ranks: int, root: int | None = None) -> Schedule:
+    """The built schedule for ``choice``; built once per (kind, algorithm, params, ranks, root) and cached."""
+    algorithm = registry.get(kind, choice.algorithm)
+    return algorithm.build(ranks, root=root if kind in ROOTED_KINDS else None, **dict(choice.params))

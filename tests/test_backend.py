@@ -1,0 +1,104 @@
+"""The collsched torch.distributed backend, end to end on gloo with spawned ranks.
+
+Each test spawns one job that checks many cases (see tests/backend_cases.py)
+against the same calls on a gloo group, so the suite stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from algorithms import registry
+from algorithms.ir import Kind
+from tests import backend_cases as cases
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("world", [4, 3])
+def test_reductions_match_gloo(world: int) -> None:
+    cases.spawn(cases.reductions, world)
+
+
+@pytest.mark.parametrize("world", [4, 3])
+def test_data_movement_matches_gloo(world: int) -> None:
+    cases.spawn(cases.movement, world)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 5])
+def test_every_dtype_and_size(world: int) -> None:
+    cases.spawn(cases.reductions, world, True)
+    cases.spawn(cases.movement, world, True)
+
+
+def _pinned_combinations() -> list[str]:
+    """COLLSCHED_ALGORITHMS values that, together, pin every registered algorithm of every kind once."""
+    by_kind = {k: [a.name for a in registry.algorithms(k)] for k in Kind}
+    by_kind = {k: names for k, names in by_kind.items() if names}
+    rounds = max(len(names) for names in by_kind.values())
+    return [",".join(f"{k}={names[i % len(names)]}" for k, names in by_kind.items()) for i in range(rounds)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", _pinned_combinations())
+def test_every_registered_algorithm_through_the_backend(spec: str) -> None:
+    cases.spawn(cases.reductions, 3, env={"COLLSCHED_ALGORITHMS": spec})
+    cases.spawn(cases.movement, 3, env={"COLLSCHED_ALGORITHMS": spec})
+
+
+def test_objects_coalesced_p2p_functional_subgroups() -> None:
+    cases.spawn(cases.api_surface, 4)
+
+
+def test_work_order_errors_and_timeouts() -> None:
+    cases.spawn(cases.work_semantics, 3)
+
+
+def test_ddp_matches_gloo() -> None:
+    cases.spawn(cases.ddp_training, 4)
+
+
+def test_fsdp2_matches_gloo() -> None:
+    cases.spawn(cases.fsdp2_training, 2)
+
+
+@pytest.mark.parametrize("config", ["cpu:gloo,cuda:collsched", "cpu:collsched"])
+def test_per_device_backend_string(config: str) -> None:
+    cases.spawn(cases.per_device_string, 2, config, backend="")
+
+
+def test_unknown_algorithm_fails_init_on_every_rank() -> None:
+    cases.spawn(cases.bad_policy, 2, backend="", env={"COLLSCHED_ALGORITHMS": "allreduce=nope"})
+
+
+def test_exit_without_destroy_does_not_abort() -> None:
+    # A gloo group alive at interpreter exit aborts the process (SIGABRT); collsched releases its groups at exit.
+    done = subprocess.run([sys.executable, "-m", "tests.backend_cases", "exit", "collsched"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_entry_point_registers_without_import(tmp_path: Path) -> None:
+    # What `pip install collsched` leaves behind, without installing: a dist-info declaring the entry point.
+    info = tmp_path / "collsched-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: collsched\nVersion: 0.1.0\n")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["torch.backends"]
+    assert declared == {"collsched": "runners.autoload:register"}
+    (info / "entry_points.txt").write_text("[torch.backends]\ncollsched = runners.autoload:register\n")
+    probe = ("import sys, torch.distributed as dist; "
+             "print('collsched' in dist.Backend.backend_list, 'runners.backend' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert out.stdout.split() == ["True", "False"], out.stderr[-2000:]
+    off = subprocess.run([sys.executable, "-c", probe], env={**env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert off.stdout.split() == ["False", "False"], off.stderr[-2000:]
