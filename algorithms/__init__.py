@@ -4,7 +4,17 @@ Importing the package registers every algorithm; ``registry.algorithms()``
 lists them. This package never imports torch.
 """
 
-from algorithms import allgather, allreduce, barrier, broadcast, reducescatter  # noqa: F401  (registration)
+from algorithms import (  # noqa: F401  (registration)
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    gather,
+    reduce,
+    reducescatter,
+    scatter,
+)
 from algorithms.builder import ScheduleBuilder
 from algorithms.errors import CollschedError, RegistryError, ScheduleError
 from algorithms.fileformat import load, loads, save

@@ -27,7 +27,7 @@ from algorithms.ir import Kind, Schedule
 
 __all__ = ["main", "build_parser", "add_schedule_args", "schedule_from_args", "UsageError"]
 
-_EXTENSIONS: tuple[str, ...] = ("runners.bench",)
+_EXTENSIONS: tuple[str, ...] = ("runners.simulate", "runners.bench")
 
 
 class UsageError(CollschedError):

@@ -15,6 +15,9 @@ size, root and chunk count, and under every execution order::
     def test_any_order_agrees(schedule, choose):
         assert differences(schedule, choose) == []
 
+``topologies(p)`` draws random strongly connected networks of p ranks (with
+switches, bandwidths and latencies) for ``sim.engine.simulate``.
+
 To test a builder that is not registered, draw its inputs with
 ``world_sizes``/``roots``/``chunk_counts`` and call it. Strategies are
 built bottom-up from integers, so failures shrink to the smallest world
@@ -31,8 +34,10 @@ from algorithms import registry
 from algorithms.errors import CollschedError
 from algorithms.ir import ROOTED_KINDS, Collective, Kind, Schedule
 from sim.dataflow import Chooser
+from sim.topology_strategies import topologies
 
-__all__ = ["world_sizes", "chunk_counts", "collectives", "algorithms", "schedules", "dataflow_orders"]
+__all__ = ["algorithms", "chunk_counts", "collectives", "dataflow_orders", "roots", "schedules", "topologies",
+           "world_sizes"]
 
 
 def _check_bound(name: str, value: int, low: int) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from algorithms.ir import Kind, Op, Schedule
+from algorithms.registry import no_gc
 from sim.semantics import Content, SlotLayout, describe, describe_text, expected_state, initial_state, overlaps, union
 
 __all__ = ["Violation", "VerifyReport", "verify", "execute"]
@@ -177,7 +178,8 @@ def check_final(schedule: Schedule, state: list[Content | None], layout: SlotLay
 
 def verify(schedule: Schedule) -> VerifyReport:
     """Verify ``schedule`` symbolically; the report lists every violation (empty when correct)."""
-    state, bad, layout = execute(schedule)
+    with no_gc():
+        state, bad, layout = execute(schedule)
     bad.extend(check_final(schedule, state, layout))
     return VerifyReport(schedule.name, schedule.collective.describe(), len(schedule.steps),
                         schedule.num_transfers, tuple(bad))

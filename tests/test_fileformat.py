@@ -60,6 +60,8 @@ def _doc(**changes: object) -> dict:
         ({"collective__ranks": "4"}, "collective.ranks"),
         ({"collective__ranks": 0}, "collective.ranks"),
         ({"collective__kind": "allsum"}, "collective.kind"),
+        ({"collective__ranks": 10**12}, "collective.ranks must be <= 65536"),
+        ({"scratch_chunks": 10**12}, "scratch_chunks must be <="),
         ({"collective__root": 0}, "collective.root"),
         ({"collective__color": 0}, "collective"),
         ({"scratch_chunks": -1}, "scratch_chunks"),

@@ -50,6 +50,8 @@ def test_barrier_is_one_token() -> None:
         (("nonsense", 4, 1, None), "collective.kind"),
         (("allreduce", True, 1, None), "collective.ranks"),
         (("allreduce", 4, 1.0, None), "collective.chunks"),
+        (("allreduce", 10**20, 1, None), "collective.ranks must be <= 65536"),
+        (("alltoall", 65536, 1 << 20, None), "collective.chunks must be <="),
     ],
 )
 def test_collective_validation_names_the_field(args: tuple, field: str) -> None:
@@ -137,3 +139,11 @@ def test_builder_misuse_is_an_error() -> None:
         b.copy(0, 1, 0)
     with b.step(), pytest.raises(ScheduleError, match="nest"), b.step():
         pass
+
+
+def test_schedules_addressing_too_many_slots_are_refused() -> None:
+    # Alltoall buffers are p·C chunks per rank: p = 4096, C = 16 is 2^28 slots per buffer kind.
+    with pytest.raises(ScheduleError, match="over the limit"):
+        Schedule(Collective(Kind.ALLTOALL, 4096, 16), "big", ())
+    with pytest.raises(ScheduleError, match="scratch_chunks must be <="):
+        Schedule(Collective(Kind.ALLREDUCE, 2, 1), "big", (), 1 << 40)

@@ -1,0 +1,581 @@
+"""Discrete-event simulation of a schedule on a topology (simpy), with symbolic payloads.
+
+Model (DESIGN.md, Simulation). A transfer of b bytes from rank a to rank b':
+
+1. *starts* when it may (``lockstep``: when the previous step has finished;
+   ``dataflow``: when its dependencies have finished, ``sim.dataflow``) and
+   reads (snapshots) its source then;
+2. waits the endpoint overhead, plus the straggler delay when a or b' is a
+   straggler;
+3. streams its bytes as a *flow* along its route: a flow's rate is the
+   smallest, over its links, of the link's bandwidth divided by the number of
+   flows on it (fair sharing), and every rate on a link is recomputed when a
+   flow starts or ends there; the link is busy while it carries a flow;
+4. waits the route's latency (propagation of the last byte), then, for a
+   ``reduce``, combines its b bytes at the destination: each rank reduces at
+   ``reduce_bandwidth`` bytes/s, shared fairly by the reductions it runs at
+   once (a reduction is a flow on the rank's own "reducer" link);
+5. *ends*: writes its destination. In dataflow mode a write also waits for the
+   transfers of its own step that read that slot to have started.
+
+A local transfer (a == b') has no network cost, only the reduction time. On a
+contention-free schedule every step costs max(α + b/B + b·γ) and the result
+equals the alpha-beta closed form (``sim.cost``) to rounding.
+
+Sizes follow nccl-tests (DESIGN.md): ``size`` is the buffer of allreduce,
+broadcast and reduce, the output of allgather and gather, the input of
+reducescatter, scatter and alltoall, and one token of a barrier.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import sys
+from array import array
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from algorithms.errors import CollschedError
+from algorithms.ir import Collective, Kind, Op, Schedule
+from sim.semantics import SlotLayout, initial_state, overlaps, union
+from sim.topology import Link, Topology, TopologyError
+from sim.verify import DOUBLE_COUNT, UNINITIALISED_READ, Violation, check_final
+
+__all__ = ["MODES", "Faults", "SimResult", "SimulationError", "busbw_factor", "chunk_bytes", "simulate"]
+
+MODES: tuple[str, ...] = ("dataflow", "lockstep")
+
+
+class SimulationError(CollschedError, ValueError):
+    """Simulation options that do not fit the schedule or topology; the message names the option."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Faults injected into a run.
+
+    ``down``: cables (u, v) taken out, both directions; messages are
+    rerouted, or ``TopologyError`` when a rank becomes unreachable.
+    ``degraded``: cable (u, v) -> factor of its bandwidth that remains (0 < f).
+    ``stragglers``: rank -> extra seconds added to every message it sends or receives.
+    """
+
+    down: tuple[Link, ...] = ()
+    degraded: Mapping[Link, float] = field(default_factory=dict)
+    stragglers: Mapping[int, float] = field(default_factory=dict)
+
+    def apply(self, topology: Topology) -> Topology:
+        """The topology with the link faults applied (stragglers are the engine's concern)."""
+        for u, v in self.down:
+            topology = topology.with_link_down(u, v)
+        for (u, v), factor in self.degraded.items():
+            topology = topology.with_degraded_link(u, v, factor)
+        for r, delay in self.stragglers.items():
+            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < topology.ranks:
+                raise SimulationError(f"straggler rank {r!r} out of range for {topology.ranks} ranks")
+            if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < math.inf:
+                raise SimulationError(f"straggler rank {r}: delay must be a finite number >= 0, got {delay!r}")
+        return topology
+
+
+def chunk_bytes(collective: Collective, size: float) -> float:
+    """Bytes per chunk for a message of ``size`` bytes, by the nccl-tests size convention."""
+    p, c = collective.ranks, collective.chunks
+    k = collective.kind
+    if k in (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE):
+        return size / c
+    if k is Kind.BARRIER:
+        return float(size)
+    # allgather/gather: the output; reducescatter/scatter/alltoall: the input; all p·C chunks.
+    return size / (p * c)
+
+
+def busbw_factor(kind: Kind, p: int) -> float:
+    """nccl-tests' bus-bandwidth factor: allreduce 2(p-1)/p; allgather, reducescatter, alltoall,
+    scatter, gather (p-1)/p; broadcast, reduce (and barrier) 1."""
+    if kind is Kind.ALLREDUCE:
+        return 2 * (p - 1) / p
+    if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL, Kind.SCATTER, Kind.GATHER):
+        return (p - 1) / p
+    return 1.0
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """The outcome of one simulated run.
+
+    Per-transfer arrays are indexed in program order (step by step, as
+    ``Schedule.transfers()``): ``start`` (issued, source read), ``send_start``
+    and ``send_end`` (bytes on the wire), ``end`` (destination written).
+    ``link_busy`` maps each link that carried data to the seconds it carried
+    at least one flow. Bandwidths are in bytes/s; ``algbw`` is size / time
+    (infinite for a run that takes no time), ``busbw`` is algbw times
+    ``busbw_factor``.
+    """
+
+    schedule: Schedule
+    topology: Topology
+    mode: str
+    size: float
+    chunk_bytes: float
+    time: float
+    start: np.ndarray = field(repr=False)
+    send_start: np.ndarray = field(repr=False)
+    send_end: np.ndarray = field(repr=False)
+    end: np.ndarray = field(repr=False)
+    link_busy: Mapping[Link, float] = field(repr=False)
+    events: int
+    violations: tuple[Violation, ...] = ()
+
+    def __repr__(self) -> str:
+        return (f"SimResult({self.schedule.name} {self.schedule.collective.describe()} on {self.topology.name}, "
+                f"{self.mode}, size={self.size:g}, time={self.time:.9g}, transfers={self.transfers}, "
+                f"events={self.events}, ok={self.ok})")
+
+    @property
+    def ok(self) -> bool:
+        """True when every transfer ran and the final state meets the postcondition."""
+        return not self.violations
+
+    @property
+    def transfers(self) -> int:
+        """Number of transfers simulated."""
+        return self.schedule.num_transfers
+
+    @property
+    def algbw(self) -> float:
+        """Algorithm bandwidth in bytes/s (nccl-tests): size / time."""
+        return self.size / self.time if self.time > 0 else math.inf
+
+    @property
+    def busbw(self) -> float:
+        """Bus bandwidth in bytes/s (nccl-tests): algbw x the kind's factor."""
+        coll = self.schedule.collective
+        return self.algbw * busbw_factor(coll.kind, coll.ranks)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (no per-transfer data); infinite bandwidths become null."""
+        def gb(x: float) -> float | None:
+            return x / 1e9 if math.isfinite(x) else None
+
+        return {"ok": self.ok, "time_s": self.time, "algbw_GBps": gb(self.algbw), "busbw_GBps": gb(self.busbw),
+                "transfers": self.transfers, "events": self.events}
+
+
+def simulate(
+    schedule: Schedule,
+    topology: Topology,
+    size: float,
+    *,
+    mode: str = "dataflow",
+    overhead: float = 0.0,
+    reduce_bandwidth: float | None = None,
+    faults: Faults | None = None,
+    progress: bool = False,
+) -> SimResult:
+    """Simulate ``schedule`` moving a message of ``size`` bytes over ``topology`` (module docstring).
+
+    ``overhead``: seconds per network message at the endpoints.
+    ``reduce_bandwidth``: bytes/s a rank combines at (None: reductions are free).
+    ``progress``: show a tqdm bar on stderr for long runs.
+    """
+    if mode not in MODES:
+        raise SimulationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
+        raise SimulationError(f"size must be a finite number of bytes >= 0, got {size!r}")
+    if isinstance(overhead, bool) or not isinstance(overhead, int | float) or not 0 <= overhead < math.inf:
+        raise SimulationError(f"overhead must be a finite number of seconds >= 0, got {overhead!r}")
+    if reduce_bandwidth is not None and (
+            isinstance(reduce_bandwidth, bool) or not isinstance(reduce_bandwidth, int | float)
+            or not 0 < reduce_bandwidth < math.inf):
+        raise SimulationError(f"reduce bandwidth must be a positive number of bytes/s, got {reduce_bandwidth!r}")
+    if topology.ranks != schedule.ranks:
+        raise TopologyError(
+            f"topology {topology.name} has {topology.ranks} ranks but the schedule needs {schedule.ranks}")
+    faults = faults or Faults()
+    topology = faults.apply(topology)
+    # The run allocates millions of small objects and frees none of them in cycles; the cyclic
+    # collector's full passes over that heap would make the run superlinear in transfers.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        run = _Run(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth, faults.stragglers,
+                   progress)
+        return run.go()
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class _Run:
+    """One simulation: flat per-transfer arrays, driven by simpy timeouts (no processes).
+
+    Hot paths avoid a simpy process per transfer: a transfer costs at most
+    four timeouts (pre-delay, end of its flow, latency, end of its reduction),
+    and a rate change only touches the flows on the links that changed. Link
+    ids from ``len(topology.links)`` on are the ranks' reducers.
+    """
+
+    def __init__(self, schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
+                 reduce_bandwidth: float | None, stragglers: Mapping[int, float], progress: bool) -> None:
+        import simpy
+
+        self.env = simpy.Environment()
+        self.Timeout = simpy.Timeout
+        self.schedule = schedule
+        self.topology = topology
+        self.mode = mode
+        self.dataflow = mode == "dataflow"
+        self.size = size
+        self.chunk = chunk_bytes(schedule.collective, size)
+        self.progress = progress
+        self.layout = SlotLayout(schedule)
+        self.state = initial_state(self.layout)
+        self.idempotent = schedule.collective.kind is Kind.BARRIER
+        self.violations: list[Violation] = []
+
+        flat = [t for s in schedule.steps for t in s.transfers]
+        self.transfers = flat
+        # First transfer number of every step, to name a transfer (step, index) on demand.
+        self.step_first: list[int] = []
+        i = 0
+        for s in schedule.steps:
+            self.step_first.append(i)
+            i += len(s.transfers)
+        self.step_first.append(i)
+        n = len(flat)
+        self.n = n
+        bases = self.layout.bases
+        # Flat per-transfer arrays: array('d'/'q') keeps p = 1024 (2 M transfers) within memory.
+        self.src_slot = array("q", [bases[t.src_buf][t.src] + t.src_index for t in flat])
+        self.dst_slot = array("q", [bases[t.dst_buf][t.dst] + t.dst_index for t in flat])
+        self.snap: list[Any] = [None] * n
+
+        # Timing of every transfer: pre-delay, links, post-delay (latency), bytes, reducer.
+        nl = len(topology.links)
+        self.nl = nl
+        slow = {r: float(d) for r, d in stragglers.items() if d}
+        self.pre = array("d", bytes(8 * n))
+        self.post = array("d", bytes(8 * n))
+        self.nbytes = array("d", bytes(8 * n))
+        self.flinks: list[tuple[int, ...]] = [()] * n
+        self.reducer = array("q", [-1]) * n
+        routes = topology.route_links_many({(t.src, t.dst) for t in flat if t.src != t.dst})
+        reduce_op = Op.REDUCE
+        for i, t in enumerate(flat):
+            b = t.count * self.chunk
+            self.nbytes[i] = b
+            pre = slow.get(t.src, 0.0) + (slow.get(t.dst, 0.0) if t.dst != t.src else 0.0)
+            post = 0.0
+            if reduce_bandwidth is not None and t.op is reduce_op and b > 0:
+                self.reducer[i] = nl + t.dst
+            if t.src != t.dst:
+                links, lat = routes[(t.src, t.dst)]
+                self.flinks[i] = links if b > 0 else ()
+                pre += overhead
+                post += lat
+            self.pre[i] = pre
+            self.post[i] = post
+
+        p = schedule.ranks
+        self.bw = topology.link_bandwidths() + [float(reduce_bandwidth or 1.0)] * p
+        self.active: list[set[int]] = [set() for _ in range(nl + p)]
+        self.busy = [0.0] * (nl + p)
+        self.busy_since = [0.0] * (nl + p)
+        self.cur_links: list[tuple[int, ...]] = [()] * n
+        self.reducing = bytearray(n)
+        self.dirty: set[int] = set()
+        self.rate = [0.0] * n
+        self.remaining = [0.0] * n
+        self.last = [0.0] * n
+        self.version = [0] * n
+        unset = array("d", [math.nan]) * n
+        self.t_start = array("d", unset)
+        self.t_send_start = array("d", unset)
+        self.t_send_end = array("d", unset)
+        self.t_end = unset
+        self.finished = 0
+        self.events = 0
+        self.to_start: list[int] = []
+        self.to_finish: list[int] = []
+        self._bar: Any = None
+
+        if mode == "lockstep":
+            self.step = -1
+            self.outstanding = 0
+        else:
+            from sim.dataflow import dataflow_graph
+
+            g = dataflow_graph(schedule)
+            self.waiting = [len(d) for d in g.deps]
+            self.unstarted_readers = [len(w) for w in g.write_after]
+            self.dependents = _invert(g.deps, n)
+            self.write_waiters = _invert(g.write_after, n)
+            self.arrived = [False] * n
+
+    def _where(self, t: int) -> tuple[int, int]:
+        si = bisect_right(self.step_first, t) - 1
+        return si, t - self.step_first[si]
+
+    # -- driver --------------------------------------------------------------------------
+
+    def go(self) -> SimResult:
+        if self.progress and self.n >= 20000:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.n, unit="transfer", file=sys.stderr, delay=0.5, leave=False,
+                             desc=self.schedule.name)
+        try:
+            if self.mode == "lockstep":
+                self._next_step()
+            else:
+                self.to_start.extend(t for t in range(self.n) if self.waiting[t] == 0)
+            self._drain()
+            self.env.run()
+        finally:
+            if self._bar is not None:
+                self._bar.close()
+        return self._result()
+
+    def _drain(self) -> None:
+        """Start and finish whatever became ready at this instant, then settle the link shares."""
+        to_start, to_finish = self.to_start, self.to_finish
+        while to_start or to_finish:
+            while to_start:
+                self._start(to_start.pop())
+            while to_finish:
+                self._finish(to_finish.pop())
+        if self.dirty:
+            self._settle()
+
+    def _next_step(self) -> None:
+        # Lockstep: every transfer of the step reads before any of them writes.
+        while self.outstanding == 0 and self.step + 1 < len(self.step_first) - 1:
+            self.step += 1
+            lo, hi = self.step_first[self.step], self.step_first[self.step + 1]
+            self.outstanding = hi - lo
+            self.to_start.extend(range(hi - 1, lo - 1, -1))
+
+    # -- a transfer's life ---------------------------------------------------------------
+
+    def _start(self, t: int) -> None:
+        now = self.env.now
+        self.t_start[t] = now
+        s = self.src_slot[t]
+        tr = self.transfers[t]
+        snap = self.state[s:s + tr.count]
+        self.snap[t] = snap
+        if None in snap:
+            k = snap.index(None)
+            si, ti = self._where(t)
+            self.violations.append(Violation(
+                UNINITIALISED_READ, f"step {si} transfer {ti} ({tr!r}): reads rank {tr.src} {tr.src_buf}"
+                f"[{tr.src_index + k}], which holds nothing", si, ti, tr.src, tr.src_buf.value, tr.src_index + k))
+        if self.dataflow:
+            for w in self.write_waiters[t]:
+                self.unstarted_readers[w] -= 1
+                if self.unstarted_readers[w] == 0 and self.arrived[w]:
+                    self.to_finish.append(w)
+        pre = self.pre[t]
+        if pre > 0:
+            self.events += 1
+            self.Timeout(self.env, pre, t).callbacks.append(self._on_pre)
+        else:
+            self._send(t)
+
+    def _on_pre(self, ev: Any) -> None:
+        self._send(ev._value)
+        self._drain()
+
+    def _send(self, t: int) -> None:
+        self.t_send_start[t] = self.env.now
+        links = self.flinks[t]
+        if links:
+            self._flow(t, links)
+        else:
+            self._sent(t)
+
+    def _flow(self, t: int, links: tuple[int, ...]) -> None:
+        now = self.env.now
+        self.cur_links[t] = links
+        self.remaining[t] = self.nbytes[t]
+        self.last[t] = now
+        active, dirty = self.active, self.dirty
+        for lk in links:
+            a = active[lk]
+            if not a:
+                self.busy_since[lk] = now
+            a.add(t)
+            dirty.add(lk)
+
+    def _settle(self) -> None:
+        """Recompute the rate of every flow on a link whose flow set changed; reschedule their ends."""
+        now = self.env.now
+        active, bw, flinks = self.active, self.bw, self.cur_links
+        rate, remaining, last, version = self.rate, self.remaining, self.last, self.version
+        dirty = self.dirty
+        # Usually one link changed: iterate its flows as they are (nothing below edits them).
+        affected = active[next(iter(dirty))] if len(dirty) == 1 else set().union(*(active[lk] for lk in dirty))
+        dirty.clear()
+        timeout, env, cb = self.Timeout, self.env, self._on_sent
+        for f in affected:
+            r = math.inf
+            for lk in flinks[f]:
+                share = bw[lk] / len(active[lk])
+                if share < r:
+                    r = share
+            old = rate[f]
+            if r == old:
+                continue
+            if old > 0:
+                left = remaining[f] - old * (now - last[f])
+                remaining[f] = left if left > 0 else 0.0
+            last[f] = now
+            rate[f] = r
+            v = version[f] + 1
+            version[f] = v
+            self.events += 1
+            timeout(env, remaining[f] / r, (f, v)).callbacks.append(cb)
+
+    def _on_sent(self, ev: Any) -> None:
+        f, v = ev._value
+        if self.version[f] != v:
+            return  # a rate change superseded this completion
+        now = self.env.now
+        active, dirty = self.active, self.dirty
+        for lk in self.cur_links[f]:
+            a = active[lk]
+            a.discard(f)
+            if a:
+                dirty.add(lk)  # the flows left on it speed up
+            else:
+                self.busy[lk] += now - self.busy_since[lk]
+        self.rate[f] = 0.0
+        if self.reducing[f]:
+            self._arrive(f)
+        else:
+            self._sent(f)
+        self._drain()
+
+    def _sent(self, t: int) -> None:
+        self.t_send_end[t] = self.env.now
+        post = self.post[t]
+        if post > 0:
+            self.events += 1
+            self.Timeout(self.env, post, t).callbacks.append(self._on_post)
+        else:
+            self._landed(t)
+
+    def _on_post(self, ev: Any) -> None:
+        self._landed(ev._value)
+        self._drain()
+
+    def _landed(self, t: int) -> None:
+        """The bytes are at the destination: combine them (a flow on its reducer), or deliver."""
+        reducer = self.reducer[t]
+        if reducer >= 0:
+            self.reducing[t] = 1
+            self._flow(t, (reducer,))
+        else:
+            self._arrive(t)
+
+    def _arrive(self, t: int) -> None:
+        if self.dataflow:
+            self.arrived[t] = True
+            if self.unstarted_readers[t]:
+                return  # a same-step reader of the destination has not read yet: write when it has
+        self.to_finish.append(t)
+
+    def _finish(self, t: int) -> None:
+        self.t_end[t] = self.env.now
+        self._write(t)
+        self.finished += 1
+        if self._bar is not None and self.finished & 4095 == 0:
+            self._bar.update(4096)
+        if not self.dataflow:
+            self.outstanding -= 1
+            if self.outstanding == 0:
+                self._next_step()
+        else:
+            waiting, to_start = self.waiting, self.to_start
+            for u in self.dependents[t]:
+                waiting[u] -= 1
+                if waiting[u] == 0:
+                    to_start.append(u)
+
+    def _write(self, t: int) -> None:
+        tr = self.transfers[t]
+        state = self.state
+        d = self.dst_slot[t]
+        copy = tr.op is Op.COPY and not self.idempotent
+        for k, v in enumerate(self.snap[t]):
+            if v is None:
+                continue  # reported as an uninitialised read when the transfer started
+            cur = state[d + k]
+            if copy:
+                state[d + k] = v
+            elif cur is not None and len(cur) == 2 and len(v) == 2 and cur[0] == v[0] and not cur[1] & v[1]:
+                state[d + k] = (v[0], cur[1] | v[1])  # the common case of union(), inlined: one chunk, disjoint
+            elif cur is None:
+                if self.idempotent:
+                    state[d + k] = v
+                else:
+                    self._bad(t, k, UNINITIALISED_READ, "which holds nothing")
+            elif self.idempotent or not overlaps(cur, v):
+                state[d + k] = union(cur, v)
+            else:
+                self._bad(t, k, DOUBLE_COUNT, "and the incoming data share a contribution (counted twice)")
+        self.snap[t] = None
+
+    def _bad(self, t: int, k: int, kind: str, why: str) -> None:
+        tr = self.transfers[t]
+        si, ti = self._where(t)
+        self.violations.append(Violation(
+            kind, f"step {si} transfer {ti} ({tr!r}): reduces into rank {tr.dst} {tr.dst_buf}[{tr.dst_index + k}], "
+            f"{why}", si, ti, tr.dst, tr.dst_buf.value, tr.dst_index + k))
+
+    # -- result ----------------------------------------------------------------------------
+
+    def _result(self) -> SimResult:
+        bad = list(self.violations)
+        if self.finished != self.n:
+            stuck = next(t for t in range(self.n) if math.isnan(self.t_end[t]))
+            si, ti = self._where(stuck)
+            bad.append(Violation("deadlock", f"{self.n - self.finished} transfer(s) never finished, "
+                                 f"first step {si} transfer {ti}", si, ti))
+        bad.extend(check_final(self.schedule, self.state, self.layout))
+        links = self.topology.links
+        busy = {links[i]: b for i, b in enumerate(self.busy[:self.nl]) if b > 0}
+        ends = [e for e in self.t_end if not math.isnan(e)]
+
+        def arr(xs: array[float]) -> np.ndarray:
+            a = np.frombuffer(xs, dtype=np.float64).copy()
+            a.flags.writeable = False
+            return a
+
+        return SimResult(
+            schedule=self.schedule, topology=self.topology, mode=self.mode, size=self.size,
+            chunk_bytes=self.chunk, time=max(ends, default=0.0),
+            start=arr(self.t_start), send_start=arr(self.t_send_start), send_end=arr(self.t_send_end),
+            end=arr(self.t_end), link_busy=busy, events=self.events, violations=tuple(bad))
+
+
+_NONE: tuple[int, ...] = ()
+
+
+def _invert(relation: Sequence[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
+    """For each transfer, the transfers whose relation lists it (shared empty tuple when none)."""
+    lists: list[Any] = [_NONE] * n
+    for j, items in enumerate(relation):
+        for d in items:
+            cur = lists[d]
+            if cur is _NONE:
+                lists[d] = [j]
+            else:
+                cur.append(j)
+    return lists

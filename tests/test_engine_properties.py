@@ -1,0 +1,69 @@
+"""Property tests: random connected networks, random timings and random registered algorithms
+never break the postcondition, and the engine's timings obey the model's invariants."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from algorithms import registry
+from algorithms.ir import Schedule
+from sim.dataflow import dataflow_graph
+from sim.engine import Faults, simulate
+from sim.topology_strategies import topologies
+
+
+@st.composite
+def schedules(draw: st.DrawFn) -> Schedule:
+    """A registered algorithm, built for a random p, root and chunk count it supports."""
+    p = draw(st.integers(1, 9))
+    usable = [a for a in registry.algorithms() if a.unsupported(p) is None]
+    alg = draw(st.sampled_from(usable))
+    params = {}
+    if any(x.name == "chunks" for x in alg.parameters):
+        params["chunks"] = draw(st.integers(1, 3))
+    if alg.unsupported(p, params) is not None:
+        params = {}
+    root = draw(st.integers(0, p - 1)) if alg.kind.value in ("broadcast", "reduce", "scatter", "gather") else None
+    return alg.build(p, root=root, **params)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), schedule=schedules(), mode=st.sampled_from(["dataflow", "lockstep"]))
+def test_random_networks_never_break_the_postcondition(data: st.DataObject, schedule: Schedule, mode: str) -> None:
+    topo = data.draw(topologies(schedule.ranks))
+    size = data.draw(st.sampled_from([0.0, 1.0, 1000.0, 2.0**20, 3e8]))
+    faults = Faults(stragglers={data.draw(st.integers(0, schedule.ranks - 1)): data.draw(st.floats(0, 1e-4))})
+    r = simulate(schedule, topo, size, mode=mode, faults=faults,
+                 overhead=data.draw(st.sampled_from([0.0, 1e-6])),
+                 reduce_bandwidth=data.draw(st.sampled_from([None, 1e10])))
+    assert r.ok, [str(v) for v in r.violations]
+    n = schedule.num_transfers
+    assert len(r.start) == n and all(math.isfinite(x) for x in r.end)
+    assert all(r.start[i] <= r.send_start[i] <= r.send_end[i] <= r.end[i] for i in range(n))
+    assert r.time == (max(r.end) if n else 0.0)
+    # A link that carried data was busy for a while, and never longer than the run.
+    for busy in r.link_busy.values():
+        assert 0 < busy <= r.time * (1 + 1e-9)
+    if mode == "dataflow":
+        g = dataflow_graph(schedule)
+        for t in range(n):
+            assert all(r.start[t] >= r.end[d] for d in g.deps[t])
+            assert all(r.end[t] >= r.start[w] for w in g.write_after[t])
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_single_flow_costs_latency_plus_bytes_over_its_bottleneck(data: st.DataObject) -> None:
+    # Binomial broadcast on 2 ranks is one message: its time is the route's latency plus
+    # size over the route's narrowest link, whatever the network.
+    topo = data.draw(topologies(2))
+    size = data.draw(st.floats(1.0, 1e9))
+    r = simulate(registry.build("broadcast", "binomial", 2), topo, size)
+    path = topo.route(0, 1)
+    links = list(itertools.pairwise(path))
+    want = sum(topo.latency(u, v) for u, v in links) + size / min(topo.bandwidth(u, v) for u, v in links)
+    assert math.isclose(r.time, want, rel_tol=1e-9)

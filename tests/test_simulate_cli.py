@@ -1,0 +1,217 @@
+"""``collsched simulate`` and ``collsched sweep``: output contracts, units, files, error exits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from algorithms import fileformat, registry
+from runners.cli import main
+from runners.simulate import parse_bandwidth, parse_duration, parse_size, parse_sizes
+from sim import topology as T
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- units -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "value"), [("256MiB", 256 * 2**20), ("1KiB", 1024), ("4096", 4096),
+                                             ("2GiB", 2 * 2**30), ("1.5KiB", 1536), ("8B", 8), ("1M", 2**20)])
+def test_sizes(text: str, value: float) -> None:
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize(("text", "value"), [("50GB/s", 50e9), ("400MB/s", 400e6), ("3KB/s", 3e3),
+                                             ("7B/s", 7.0), ("1e9", 1e9), ("12.5GB/s", 12.5e9)])
+def test_bandwidths_are_decimal(text: str, value: float) -> None:
+    assert parse_bandwidth(text) == value
+
+
+@pytest.mark.parametrize(("text", "value"), [("1us", 1e-6), ("2.5ms", 2.5e-3), ("3ns", 3e-9), ("2s", 2.0),
+                                             ("1e-6", 1e-6), ("0", 0.0)])
+def test_durations(text: str, value: float) -> None:
+    assert parse_duration(text) == pytest.approx(value, rel=1e-15)
+
+
+def test_size_ranges() -> None:
+    assert parse_sizes("1KiB:8KiB") == [1024, 2048, 4096, 8192]
+    assert parse_sizes("1KiB:1MiB:32") == [1024, 32768, 1048576]
+    assert parse_sizes("1,2KiB") == [1, 2048]
+    assert len(parse_sizes("1KiB:1GiB")) == 21
+
+
+# -- simulate --------------------------------------------------------------------------------------
+
+
+def test_simulate_json_contract_and_closed_form(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "simulate", "--collective", "allreduce", "--algorithm", "ring", "--topology",
+                         "uring:8", "--size", "256MiB", "--bandwidth", "50GB/s", "--latency", "1us", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc) == {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "wall_s"}
+    n, p = 256 * 2**20, 8
+    want = 2 * (p - 1) * (1e-6 + n / (p * 50e9))
+    assert doc["ok"] is True
+    assert doc["time_s"] == pytest.approx(want, rel=1e-9)
+    assert doc["algbw_GBps"] == pytest.approx(n / want / 1e9, rel=1e-9)
+    assert doc["busbw_GBps"] == pytest.approx(2 * (p - 1) / p * n / want / 1e9, rel=1e-9)
+    assert doc["transfers"] == 2 * (p - 1) * p
+    assert doc["events"] > 0 and doc["wall_s"] >= 0
+
+
+def test_simulate_text_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "simulate", "-c", "broadcast", "-a", "binomial", "-t", "switch:8", "--size", "1MiB",
+                       "--root", "3", "--mode", "lockstep")
+    assert code == 0
+    assert "postcondition OK" in out and "busbw" in out and "closed form" in out
+
+
+def test_simulate_modes_differ_where_the_model_says(capsys: pytest.CaptureFixture[str]) -> None:
+    times = {}
+    for mode in ("lockstep", "dataflow"):
+        code, out, _ = run(capsys, "simulate", "-c", "broadcast", "-a", "binomial", "-t", "full:8", "--size",
+                           "1MiB", "--mode", mode, "--json", "--latency", "0", "--bandwidth", "1GB/s")
+        assert code == 0
+        times[mode] = json.loads(out)["time_s"]
+    assert times["lockstep"] == pytest.approx(3 * 2**20 / 1e9, rel=1e-9)
+    assert times["dataflow"] == pytest.approx(3 * 2**20 / 1e9, rel=1e-9)  # popcount(7) = 3 hops for rank 7
+
+
+def test_trace_and_plot_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    trace, plot = tmp_path / "t.json", tmp_path / "t.png"
+    code, _, err = run(capsys, "simulate", "-c", "allreduce", "-a", "ring", "-t", "switch:4", "--size", "1MiB",
+                       "--trace", str(trace), "--plot", str(plot))
+    assert code == 0, err
+    doc = json.loads(trace.read_text())
+    events = doc["traceEvents"]
+    names = {(e["pid"], e["args"]["name"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {(0, f"rank {r}") for r in range(4)} <= names
+    links = {n for pid, n in names if pid == 1}
+    assert links == {f"{r}->switch" for r in range(4)} | {f"switch->{r}" for r in range(4)}
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len([e for e in slices if e["pid"] == 0]) == registry.build("allreduce", "ring", 4).num_transfers
+    assert all(e["dur"] >= 0 for e in slices)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_a_schedule_file_and_a_topology_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    sched, topo = tmp_path / "s.json", tmp_path / "t.graphml"
+    fileformat.save(registry.build("allgather", "ring", 5), sched)
+    T.save(T.unidirectional_ring(5, bandwidth=1e9, latency=0.0), topo)
+    code, out, err = run(capsys, "simulate", "--file", str(sched), "-t", str(topo), "--size", "5000", "--json")
+    assert code == 0, err
+    assert json.loads(out)["time_s"] == pytest.approx(4 * 1000 / 1e9, rel=1e-9)
+
+
+def test_faults_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "-c", "allreduce", "-a", "ring", "-t", "uring:4", "--size", "4MiB", "--latency", "0",
+            "--bandwidth", "1GB/s", "--json", "--mode", "lockstep"]
+    code, out, _ = run(capsys, *base, "--straggler", "2=10us")
+    assert code == 0
+    assert json.loads(out)["time_s"] == pytest.approx(6 * (2**20 / 1e9 + 10e-6), rel=1e-9)
+    code, out, _ = run(capsys, *base, "--degrade", "0-1=0.5")
+    assert code == 0
+    assert json.loads(out)["time_s"] == pytest.approx(6 * 2 * 2**20 / 1e9, rel=1e-9)
+    code, _, err = run(capsys, *base, "--link-down", "0-1")
+    assert code == 2 and err.count("\n") == 1 and "rank 1 is unreachable" in err
+
+
+def test_a_broken_schedule_file_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    s = registry.build("allreduce", "ring", 3)
+    doc = fileformat.to_dict(s)
+    doc["steps"] = doc["steps"][:-1]
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "simulate", "--file", str(path), "-t", "ring:3", "--size", "3KiB")
+    assert code == 1 and "postcondition BROKEN" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--size", "12 parsecs"], "--size: cannot read"),
+        (["--size", "1MiB", "--bandwidth", "5Gbit"], "--bandwidth: cannot read"),
+        (["--size", "1MiB", "--bandwidth", "0GB/s"], "--bandwidth: must be positive"),
+        (["--size", "1MiB", "--latency", "3 fortnights"], "--latency: cannot read"),
+        (["--size", "1MiB", "--topology", "mesh:4"], "unknown topology 'mesh:4'"),
+        (["--size", "1MiB", "--algorithm", "nope"], "unknown algorithm 'nope'"),
+        (["--size", "1MiB", "--straggler", "x"], "--straggler: expected RANK=DELAY"),
+        (["--size", "1MiB", "--straggler", "9=1us"], "straggler rank 9 out of range"),
+        (["--size", "1MiB", "--degrade", "0-1=-2"], "--degrade: expected U-V=FACTOR"),
+        (["--size", "1MiB", "--link-down", "0-2"], "no such link"),
+        (["--size", "1MiB", "--chunks", "0"], "chunks must be an integer >= 1"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    # Later options win in argparse, so the defaults can simply come first.
+    argv = ["simulate", "--collective", "allreduce", "--algorithm", "ring", "--topology", "ring:4", *args]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err and err.startswith("collsched simulate: error:")
+
+
+def test_file_rank_mismatch(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    fileformat.save(registry.build("allreduce", "ring", 3), path)
+    code, _, err = run(capsys, "simulate", "--file", str(path), "-t", "ring:4", "--size", "1KiB")
+    assert code == 2 and "has 4 ranks but the schedule needs 3" in err
+
+
+# -- sweep ------------------------------------------------------------------------------------------
+
+
+def test_sweep_table_marks_the_best(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    plot = tmp_path / "s.png"
+    code, out, err = run(capsys, "sweep", "-c", "allreduce", "-t", "ring:4", "--sizes", "1KiB:1MiB:32",
+                         "--plot", str(plot))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("allreduce on ring:4")
+    assert len(lines) == 2 + 3  # title, header, three sizes
+    assert all("*" in line for line in lines[2:])
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sweep_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sweep", "-c", "allreduce", "-t", "uring:4", "--sizes", "1KiB,4KiB", "--json",
+                       "--latency", "1us", "--bandwidth", "1GB/s")
+    assert code == 0
+    doc = json.loads(out)
+    names = [a.name for a in registry.algorithms("allreduce") if a.unsupported(4) is None]
+    assert doc["algorithms"] == names and doc["ok"] is True
+    assert len(doc["results"]) == 2 * len(names)
+    ring = {r["size"]: r["time_s"] for r in doc["results"] if r["algorithm"] == "ring"}
+    assert ring[1024] == pytest.approx(6 * (1e-6 + 256 / 1e9), rel=1e-9)
+    for b in doc["best"]:
+        fastest = min((r for r in doc["results"] if r["size"] == b["size"]), key=lambda r: r["time_s"])
+        assert b["algorithm"] == fastest["algorithm"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--sizes", "1MiB:1KiB"], "--sizes: need 0 < A <= B"),
+    (["--sizes", "1KiB:1MiB:1"], "the factor must be a number > 1"),
+    (["--sizes", "big"], "--sizes: cannot read 'big'"),
+    (["--sizes", "1:2:3:4"], "--sizes: expected A:B"),
+    (["--sizes", "1KiB", "--algorithms", "nope"], "unknown algorithm 'nope'"),
+])
+def test_sweep_errors(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    code, out, err = run(capsys, "sweep", "-c", "allreduce", "-t", "ring:4", *args)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err
+
+
+def test_list_imports_nothing_heavy() -> None:
+    code = ("import sys, runners.cli as c; c.build_parser(); "
+            "print(sorted(m for m in ('simpy', 'matplotlib', 'networkx', 'tqdm', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
