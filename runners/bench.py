@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
@@ -30,43 +29,17 @@ from typing import Any
 from algorithms.errors import CollschedError
 from algorithms.ir import Kind, Schedule
 
-__all__ = ["add_parser", "bus_factor", "main", "parse_size", "parse_sizes", "table"]
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30}
-
+__all__ = ["add_parser", "bus_factor", "main", "parse_sizes", "table"]
 
 class BenchError(CollschedError, ValueError):
-    """Benchmark options that cannot work (a size that does not parse, an unknown dtype)."""
-
-
-def parse_size(text: str) -> int:
-    """Bytes in ``64MiB``, ``1KiB``, ``512``, ``2GB`` (KiB = 1024, KB = 1000)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise BenchError(f"--sizes: cannot parse size {text!r} (examples: 1KiB, 64MiB, 4096)")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+    """Benchmark options that cannot work (a count out of range, an unknown dtype)."""
 
 
 def parse_sizes(text: str) -> list[int]:
-    """``A:B`` doubles from A to B (``A:B:F`` multiplies by F); ``A,B,C`` lists sizes."""
-    if ":" in text:
-        parts = text.split(":")
-        if len(parts) not in (2, 3):
-            raise BenchError(f"--sizes: expected MIN:MAX or MIN:MAX:FACTOR, got {text!r}")
-        low, high = parse_size(parts[0]), parse_size(parts[1])
-        factor = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else 2
-        if len(parts) == 3 and (not parts[2].isdigit() or factor < 2):
-            raise BenchError(f"--sizes: factor must be an integer >= 2, got {parts[2]!r}")
-        if low < 1 or high < low:
-            raise BenchError(f"--sizes: need 1 <= MIN <= MAX, got {text!r}")
-        out = []
-        size = low
-        while size <= high:
-            out.append(size)
-            size *= factor
-        return out
-    return [parse_size(t) for t in text.split(",") if t.strip()]
+    """Whole bytes of ``A:B`` (doubling), ``A:B:F`` or ``A,B,C`` (runners.units.parse_sizes)."""
+    from runners.units import parse_sizes as parse
+
+    return [int(s) for s in parse(text)]
 
 
 def bus_factor(kind: Kind, p: int) -> float:

@@ -40,7 +40,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from runners.bench import table
     from runners.cli import UsageError, schedule_from_args
     from runners.launch import SpawnError, spawn
-    from runners.simulate import parse_size
+    from runners.units import parse_size
     from sim.cost import predict, route_alpha_beta
     from sim.engine import simulate
     from sim.topology import from_spec

@@ -1,0 +1,81 @@
+"""Quantities on the command line: sizes, bandwidths, durations and size sweeps.
+
+Sizes take binary units as nccl-tests does (``256MiB``, ``1KiB``, plain
+bytes); bandwidths take decimal units as nccl-tests reports them
+(``50GB/s``; a plain number is bytes/s); durations ``1us``, ``2.5ms`` (a
+plain number is seconds). Errors are ``UsageError`` naming the option.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from runners.cli import UsageError
+
+__all__ = ["parse_bandwidth", "parse_duration", "parse_size", "parse_sizes"]
+
+_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+               "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+_BW_UNITS = {"": 1.0, "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
+_TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def _quantity(text: str, units: dict[str, float], what: str, hint: str) -> float:
+    m = re.fullmatch(_NUMBER + r"\s*([a-zA-Zµ/]*)", text.strip())
+    if not m or m.group(2).lower() not in units:
+        raise UsageError(f"{what}: cannot read {text!r} (expected a number with {hint})")
+    value = float(m.group(1)) * units[m.group(2).lower()]
+    if not math.isfinite(value):
+        raise UsageError(f"{what}: {text!r} is not finite")
+    return value
+
+
+def parse_size(text: str, what: str = "--size") -> float:
+    """Bytes in ``256MiB``, ``1KiB``, ``4096`` (binary units, nccl-tests style)."""
+    return _quantity(text, {k: float(v) for k, v in _SIZE_UNITS.items()}, what, "B, KiB, MiB or GiB")
+
+
+def parse_bandwidth(text: str, what: str = "--bandwidth") -> float:
+    """Bytes/s in ``50GB/s``, ``400MB/s``, ``1e9`` (decimal units, as nccl-tests reports)."""
+    value = _quantity(text, _BW_UNITS, what, "B/s, KB/s, MB/s or GB/s")
+    if value <= 0:
+        raise UsageError(f"{what}: must be positive, got {text!r}")
+    return value
+
+
+def parse_duration(text: str, what: str = "--latency") -> float:
+    """Seconds in ``1us``, ``2.5ms``, ``1e-6``."""
+    return _quantity(text, _TIME_UNITS, what, "s, ms, us or ns")
+
+
+def parse_sizes(text: str) -> list[float]:
+    """``A:B`` (doubling from A to B), ``A:B:F`` (multiplying by F), a comma list ``A,B,C`` or one size."""
+    if "," in text or ":" not in text:
+        sizes = [parse_size(s, "--sizes") for s in text.split(",") if s.strip()]
+    else:
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise UsageError(f"--sizes: expected A:B, A:B:F or A,B,C, got {text!r}")
+        lo, hi = parse_size(parts[0], "--sizes"), parse_size(parts[1], "--sizes")
+        factor = 2.0
+        if len(parts) == 3:
+            try:
+                factor = float(parts[2])
+            except ValueError:
+                factor = 0.0
+            if not factor > 1:
+                raise UsageError(f"--sizes: the factor must be a number > 1, got {parts[2]!r}")
+        if lo <= 0 or hi < lo:
+            raise UsageError(f"--sizes: need 0 < A <= B, got {text!r}")
+        sizes = []
+        s = lo
+        while s <= hi * (1 + 1e-12):
+            sizes.append(s)
+            s *= factor
+    if not sizes:
+        raise UsageError(f"--sizes: expected A:B, A:B:F or A,B,C, got {text!r}")
+    if len(sizes) > 200:
+        raise UsageError(f"--sizes: {len(sizes)} sizes is too many (at most 200)")
+    return sizes
