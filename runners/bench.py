@@ -43,12 +43,10 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def bus_factor(kind: Kind, p: int) -> float:
-    """nccl-tests' bus bandwidth factor for ``kind`` on ``p`` ranks."""
-    if kind is Kind.ALLREDUCE:
-        return 2 * (p - 1) / p
-    if kind in (Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER):
-        return 1.0
-    return (p - 1) / p
+    """nccl-tests' bus bandwidth factor for ``kind`` on ``p`` ranks: the simulator's, so both report alike."""
+    from sim.engine import busbw_factor  # imported here: the CLI builds its parser without numpy
+
+    return busbw_factor(kind, p)
 
 
 # ---------------------------------------------------------------- the measured side (torch imported lazily)
