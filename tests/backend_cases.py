@@ -14,7 +14,6 @@ from __future__ import annotations
 import faulthandler
 import gc
 import os
-import socket
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -26,16 +25,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from runners.launch import free_port
+
 R = dist.ReduceOp
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INTS = (torch.int32, torch.int64, torch.uint8, torch.int8)
 ARITH_OPS = (R.SUM, R.PRODUCT, R.MIN, R.MAX)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., None], env: dict[str, str],
