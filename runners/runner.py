@@ -41,9 +41,12 @@ twice the most chunks this rank stages in one step; for ring all-reduce
 ``2·N/p``); snapshots of local transfers that a same-step write would
 clobber; a copy of the input when an out-of-place schedule writes it; and,
 when C does not divide N, padded copies of the input and output. All of it is
-released when ``run`` returns, except that up to the staging bound of the
-largest recent run is kept for reuse (fresh large buffers cost a page fault
-per page; ``release_memory()`` frees them). On nccl staging is not budgeted:
+released when ``run`` returns, except the staging buffer: one per device, as
+large as the largest staging bound seen, kept between runs and carved into
+each run's staged receives (fresh large buffers cost a page fault per page;
+``release_memory()`` frees it). A receive that finds it fragmented, or a run
+that finds it lent to another thread's run, gets fresh memory instead, so
+staging never exceeds that buffer plus ``budget_chunks·S``. On nccl staging is not budgeted:
 a step's staged receives are allocated when the step is issued and freed
 after its applies (the caching allocator reuses them).
 
@@ -56,6 +59,7 @@ raises the same ``InputError`` on every rank and nothing hangs.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -484,53 +488,94 @@ class _Buffers:
             user.copy_(work)
 
 
-class _StagingPool:
-    """Staging buffers kept between runs: fresh large allocations cost a page fault per page.
+class _Arena:
+    """Staging memory kept between runs: one byte buffer per device, lent to one run at a time.
 
-    Holds at most ``limit`` bytes of free buffers (the staging bound of the
-    largest recent run, so a steady training loop reuses them); anything
-    beyond is released. ``release_memory()`` empties it.
+    Fresh large buffers cost a page fault per page (malloc maps them and
+    unmaps them when freed), and a training loop all-reduces buckets of a few
+    sizes over and over; so the runner keeps one buffer per device, as large as
+    the largest staging bound seen, and carves each run's staged receives out
+    of it (``_Carver``). A run that finds the buffer lent (another thread's run,
+    e.g. two groups of the collsched backend) gets private memory instead.
+    ``release_memory()`` frees it.
     """
 
     def __init__(self) -> None:
-        self.free: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
-        self.held = 0
-        self.limit = 0
+        self.buffers: dict[torch.device, torch.Tensor] = {}
+        self.lent: set[torch.device] = set()
+        self.lock = threading.Lock()
 
-    def take(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        stack = self.free.get((numel, dtype, device))
-        if stack:
-            t = stack.pop()
-            self.held -= t.numel() * t.element_size()
-            return t
-        return torch.empty(numel, dtype=dtype, device=device)
+    def borrow(self, nbytes: int, device: torch.device) -> tuple[torch.Tensor, bool]:
+        """A byte buffer of at least ``nbytes``, and whether it is the shared one (give it back)."""
+        with self.lock:
+            if device in self.lent:
+                return torch.empty(nbytes, dtype=torch.uint8, device=device), False
+            buf = self.buffers.get(device)
+            if buf is None or buf.numel() < nbytes:
+                self.buffers.pop(device, None)  # free the old one before allocating the larger
+                buf = self.buffers[device] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            self.lent.add(device)
+            return buf, True
 
-    def give(self, t: torch.Tensor) -> None:
-        size = t.numel() * t.element_size()
-        if self.held + size <= self.limit:
-            self.free.setdefault((t.numel(), t.dtype, t.device), []).append(t)
-            self.held += size
-
-    def reserve(self, nbytes: int) -> None:
-        """Let the pool keep ``nbytes`` (a run's staging bound); forget buffers of other shapes if over."""
-        if nbytes > self.limit:
-            self.limit = nbytes
-        elif self.held > nbytes:
-            self.clear()
-            self.limit = nbytes
+    def give_back(self, device: torch.device, keep: bool = True) -> None:
+        with self.lock:
+            self.lent.discard(device)
+            if not keep:
+                self.buffers.pop(device, None)
 
     def clear(self) -> None:
-        self.free.clear()
-        self.held = 0
+        with self.lock:
+            for device in list(self.buffers):
+                if device not in self.lent:
+                    del self.buffers[device]
 
 
-_STAGING = _StagingPool()
+_ARENA = _Arena()
+
+
+class _Carver:
+    """First-fit allocation of contiguous chunk slots from a run's staging buffer.
+
+    The engine never has more than ``units`` chunks staged at once (the plan's
+    budget), but slots are freed out of order, so a request can find the free
+    space fragmented; it then gets fresh memory (correct, just not reused).
+    """
+
+    def __init__(self, buffer: torch.Tensor, unit: int, units: int, dtype: torch.dtype) -> None:
+        self.buffer = buffer
+        self.unit = unit  # bytes per chunk slot
+        self.dtype = dtype
+        self.free: list[list[int]] = [[0, units]] if units else []  # sorted [start, length] runs
+
+    def take(self, count: int) -> tuple[torch.Tensor, int]:
+        """A staging tensor of ``count`` chunks and its slot (-1: fresh memory, nothing to give back)."""
+        for k, (start, length) in enumerate(self.free):
+            if length >= count:
+                if length == count:
+                    del self.free[k]
+                else:
+                    self.free[k] = [start + count, length - count]
+                view = self.buffer[start * self.unit:(start + count) * self.unit]
+                return view.view(self.dtype), start
+        return torch.empty(count * self.unit, dtype=torch.uint8, device=self.buffer.device).view(self.dtype), -1
+
+    def give(self, start: int, count: int) -> None:
+        if start < 0:
+            return
+        free = self.free
+        k = 0
+        while k < len(free) and free[k][0] < start:
+            k += 1
+        free.insert(k, [start, count])
+        if k + 1 < len(free) and start + count == free[k + 1][0]:  # merge with the next run
+            free[k][1] += free.pop(k + 1)[1]
+        if k > 0 and free[k - 1][0] + free[k - 1][1] == start:  # and with the previous one
+            free[k - 1][1] += free.pop(k)[1]
 
 
 def release_memory() -> None:
-    """Free the staging buffers the runner keeps between runs."""
-    _STAGING.clear()
-    _STAGING.limit = 0
+    """Free the staging memory the runner keeps between runs."""
+    _ARENA.clear()
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -614,6 +659,21 @@ class _Context:
 
 def _execute_host(ctx: _Context) -> None:
     """Dataflow execution with host-side completion (gloo): see the module docstrings."""
+    ref = ctx.bufs.bufs[Buf.INPUT if Buf.INPUT in ctx.bufs.bufs else Buf.OUTPUT]
+    budget = ctx.plan.budget_chunks
+    unit = ctx.bufs.s * ref.element_size()
+    arena, shared = _ARENA.borrow(budget * unit, ref.device)
+    ok = False
+    try:
+        _run_host(ctx, _Carver(arena, unit, budget, ref.dtype), budget)
+        ok = True
+    finally:
+        if shared:
+            # After a failure receives may still be posted into the buffer: it is not lent again.
+            _ARENA.give_back(ref.device, keep=ok)
+
+
+def _run_host(ctx: _Context, carver: _Carver, budget: int) -> None:
     plan = ctx.plan
     items = plan.items
     n = len(items)
@@ -623,12 +683,8 @@ def _execute_host(ctx: _Context) -> None:
     works: dict[int, Any] = {}
     heap: list[int] = []
     held: dict[int, torch.Tensor] = {}  # staging buffers and local snapshots
+    slots: dict[int, int] = {}  # carver slot of each staged receive's buffer
     staged = plan.staged_recvs
-    s = ctx.bufs.s
-    dtype, device = ctx.bufs.bufs[Buf.INPUT if Buf.INPUT in ctx.bufs.bufs else Buf.OUTPUT].dtype, \
-        ctx.bufs.bufs[Buf.INPUT if Buf.INPUT in ctx.bufs.bufs else Buf.OUTPUT].device
-    budget = plan.budget_chunks
-    _STAGING.reserve(budget * s * torch.empty(0, dtype=dtype).element_size())
     next_staged = 0
     done = 0
     # An explicit queue instead of recursion: chains of local transfers can be long.
@@ -643,8 +699,8 @@ def _execute_host(ctx: _Context) -> None:
             if count > budget:
                 return
             budget -= count
-            buf = _STAGING.take(count * s, dtype, device)
-            held[i] = buf
+            held[i], slots[i] = carver.take(count)
+            buf = held[i]
             works[i] = ctx.irecv(items[i], buf)
             heappush(heap, i)
             next_staged += 1
@@ -681,8 +737,7 @@ def _execute_host(ctx: _Context) -> None:
                     data = held.pop(i)
                     ctx.apply(it, data)
                     if it.role is Role.RECV:
-                        _STAGING.give(data)
-                    if it.role is Role.RECV:
+                        carver.give(slots.pop(i), it.transfer.count)
                         budget += it.transfer.count
                         post_staged()
                     todo.append((COMPLETE, i))
