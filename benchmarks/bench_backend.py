@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.distributed as dist
 
-import runners.backend  # noqa: F401  (registers collsched in the spawned ranks too)
+import runners.backend  # registers collsched in the spawned ranks too
 from runners.launch import spawn
 
 
@@ -92,6 +92,11 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
             dt = _timed(lambda n=name: step(n), gloo)
             if i >= warmup:
                 times.setdefault("DDP step", {}).setdefault(name, []).append(dt)
+    for g in groups.values():
+        dist.barrier(group=g)
+    models.clear()  # drop DDP while the groups are alive and idle: see runners.backend.settle
+    opts.clear()
+    runners.backend.settle()
     return _report(times, gloo)
 
 

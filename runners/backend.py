@@ -47,9 +47,11 @@ from __future__ import annotations
 
 import atexit
 import collections
+import gc
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +69,7 @@ from runners.autoload import BACKEND_NAME, register
 from runners.policy import P2P, Choice, Policy, schedule
 from runners.runner import run
 
-__all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "create", "register"]
+__all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "create", "register", "settle"]
 
 _R = dist.ReduceOp
 ENV_CHECK = "COLLSCHED_CHECK"
@@ -1035,6 +1037,23 @@ def _given(t: torch.Tensor | None) -> torch.Tensor:
     if t is None:
         raise ValueError("collsched: a tensor argument is missing")
     return t
+
+def settle(seconds: float = 0.2) -> None:
+    """Let gloo's worker threads release what DDP left them; call after dropping DDP, before destroying groups.
+
+    torch 2.13's ~ProcessGroupGloo joins gloo's worker threads while holding
+    the GIL (pytorch/pytorch#56297), and a worker releasing a finished work
+    item that captured Python thread-local state needs the GIL: if the last
+    reference to a gloo group (collsched's inner groups included) goes with a
+    DDP reducer at the wrong moment, the rank deadlocks in ~Reducer ->
+    ~ProcessGroupGloo. The same holds for plain gloo groups. So: quiesce the
+    group (a barrier), ``del`` the DDP model and its optimizer while the group
+    is still alive, then call this: it collects the reducer and sleeps (which
+    releases the GIL) so the workers can finish.
+    """
+    gc.collect()
+    time.sleep(seconds)
+
 
 # --------------------------------------------------------------------------- registration
 

@@ -12,7 +12,6 @@ listing them, so one spawned job checks hundreds of cases.
 from __future__ import annotations
 
 import faulthandler
-import gc
 import os
 import time
 import traceback
@@ -541,27 +540,11 @@ def _batches(rank: int, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-def _settle() -> None:
-    """Let gloo's worker threads release what DDP left them, before any group is destroyed.
-
-    torch 2.13's ~ProcessGroupGloo joins gloo's worker threads while holding
-    the GIL, and a worker releasing a finished work item that captured Python
-    thread-local state needs the GIL: if the last reference to a gloo group
-    goes with a DDP reducer at the wrong moment, the rank deadlocks (seen in
-    CI: the rank hung in ~Reducer -> ~ProcessGroupGloo). So the caller
-    quiesces the group and drops DDP while the group map still holds the
-    group; this collects the reducer and gives the workers a moment (sleep
-    releases the GIL) to release their items.
-    """
-    gc.collect()
-    time.sleep(0.2)
-
-
 def ddp_training(rank: int, world: int) -> None:
     """Five SGD steps of DDP on collsched end within rounding of the same steps on gloo."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from runners.backend import CollschedProcessGroup
+    from runners.backend import CollschedProcessGroup, settle
 
     c = Checker(rank)
     pg = dist.group.WORLD
@@ -580,8 +563,8 @@ def ddp_training(rank: int, world: int) -> None:
                 opt.step()
             final[name] = [p.detach().clone() for p in model.parameters()]
             dist.barrier(group=group)
-            del ddp, opt  # while the group is alive and idle: see _settle
-            _settle()
+            del ddp, opt  # while the group is alive and idle: see runners.backend.settle
+            settle()
         for i, (a, b) in enumerate(zip(final["collsched"], final["gloo"], strict=True)):
             c.equal(f"DDP parameter {i}", a, b)
     if pg.executed["allreduce/" + str(pg.policy.choose("allreduce", 1 << 14, world))] == 0:
@@ -624,7 +607,6 @@ def fsdp2_training(rank: int, world: int) -> None:
 
 def work_semantics(rank: int, world: int) -> None:
     """Issue order, is_completed/get_future, errors raised by wait(), timeouts, the group surviving an error."""
-    import time
     from datetime import timedelta
 
     c = Checker(rank)
