@@ -274,6 +274,14 @@ def _op_of(opts: Any) -> dist.ReduceOp.RedOpType:
     return op.op if hasattr(op, "op") else op
 
 
+def _timeout_of(opts: Any) -> timedelta | None:
+    """A per-call timeout from a torch options object, or None where it is unset (torch's -1 ms)."""
+    timeout = getattr(opts, "timeout", None)
+    if isinstance(timeout, timedelta) and timeout > timedelta(0):
+        return timeout
+    return None
+
+
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
@@ -324,6 +332,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self._global_ranks = tuple(global_ranks) or tuple(range(size))
         self._store = store
         self._timeout = timeout
+        self._job_timeout: timedelta | None = None  # a per-call timeout (opts.timeout) while its job runs
         # Cross-rank argument checks cost the runner one metadata all-gather per
         # collective; like TORCH_DISTRIBUTED_DEBUG they are opt-in.
         self._check = os.environ.get(ENV_CHECK, "0") == "1"
@@ -405,11 +414,18 @@ class CollschedProcessGroup(dist.ProcessGroup):
             return None
         return self._group(device)
 
-    def _submit(self, what: str, tensors: Sequence[torch.Tensor], job: Job) -> CollschedWork:
-        """Queue ``job`` (which returns the outputs) behind every earlier collective of this group."""
+    def _submit(self, what: str, tensors: Sequence[torch.Tensor], job: Job, opts: Any = None) -> CollschedWork:
+        """Queue ``job`` (which returns the outputs) behind every earlier collective of this group.
+
+        A timeout set in ``opts`` (torch's options objects leave it unset)
+        replaces the group's for this collective's schedule.
+        """
         state = _JobState()
         device = _device_type(tensors, what) if tensors else "cpu"
         run = job
+        timeout = _timeout_of(opts)
+        if timeout is not None:
+            run = self._with_timeout(job, timeout)
         if device == "cuda":
             run = self._on_stream(tensors, job, state)
         self._queue.submit(run, state)
@@ -418,6 +434,17 @@ class CollschedProcessGroup(dist.ProcessGroup):
         return CollschedWork(state, what, self._queue)
 
     # ------------------------------------------------------------------ coalescing manager
+
+    def _with_timeout(self, job: Job, timeout: timedelta) -> Job:
+        def run() -> Any:
+            # Jobs run one at a time on the worker thread (nested ones through run_until): save and restore.
+            outer, self._job_timeout = self._job_timeout, timeout
+            try:
+                return job()
+            finally:
+                self._job_timeout = outer
+
+        return run
 
     def _start_coalescing(self, device: torch.device) -> None:
         """``_coalescing_manager(device=...)``: start collecting the collectives issued until ``_end_coalescing``.
@@ -489,7 +516,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
             return
         self.executed[f"{kind}/{choice}"] += 1
         sched = schedule(kind, choice, self.size(), root)
-        run(sched, tensor, output, op=op, group=group, timeout=self._timeout, check=self._check)
+        run(sched, tensor, output, op=op, group=group, timeout=self._job_timeout or self._timeout, check=self._check)
 
     # ------------------------------------------------------------------ all-reduce
 
@@ -508,7 +535,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 self._allreduce_one(group, t, op, opts)
             return tensors
 
-        return self._submit("allreduce", tensors, job)
+        return self._submit("allreduce", tensors, job, opts)
 
     def _allreduce_one(self, group: dist.ProcessGroup, t: torch.Tensor, op: Any, opts: Any) -> None:
         flat = _flat(t)
@@ -538,7 +565,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                     t.copy_(piece.view(t.shape))
             return tensors
 
-        return self._submit("allreduce_coalesced", tensors, job)
+        return self._submit("allreduce_coalesced", tensors, job, opts)
 
     # ------------------------------------------------------------------ broadcast / reduce
 
@@ -558,7 +585,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 _write_back(t, flat)
             return tensors
 
-        return self._submit("broadcast", tensors, job)
+        return self._submit("broadcast", tensors, job, opts)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
         """``dist.reduce``: the reduce schedule to ``opts.rootRank`` (direct if none is registered)."""
@@ -582,7 +609,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                     _write_back(t, flat)
             return tensors
 
-        return self._submit("reduce", tensors, job)
+        return self._submit("reduce", tensors, job, opts)
 
     # ------------------------------------------------------------------ all-gather
 
@@ -605,7 +632,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 self._allgather_list(group, outs, t)
             return output_tensors
 
-        return self._submit("allgather", input_tensors, job)
+        return self._submit("allgather", input_tensors, job, opts)
 
     def _allgather_list(self, group: dist.ProcessGroup, outs: list[torch.Tensor], t: torch.Tensor) -> None:
         _check_same([*outs, t], "allgather")
@@ -634,7 +661,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
             self._gather_into(group, output, input)
             return [output]
 
-        return self._submit("all_gather_into_tensor", [output, input], job)
+        return self._submit("all_gather_into_tensor", [output, input], job, opts)
 
     _allgather_base = all_gather_single
 
@@ -662,7 +689,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 self._allgather_list(group, [outs[i] for outs in output_lists], t)
             return output_lists
 
-        return self._submit("allgather_coalesced", input_list, job)
+        return self._submit("allgather_coalesced", input_list, job, opts)
 
     def all_gather_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
@@ -681,7 +708,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 self._gather_into(group, o, i)
             return outputs
 
-        return self._submit("all_gather_into_tensor_coalesced", [*outputs, *inputs], job)
+        return self._submit("all_gather_into_tensor_coalesced", [*outputs, *inputs], job, opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced  # type: ignore[assignment]
 
@@ -716,7 +743,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 _write_back(out, flat)
             return output_tensors
 
-        return self._submit("reduce_scatter", output_tensors, job)
+        return self._submit("reduce_scatter", output_tensors, job, opts)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         """``dist.reduce_scatter_tensor``: the reducescatter schedule from ``input`` into ``output``."""
@@ -733,7 +760,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
             self._scatter_from(group, output, input, op)
             return [output]
 
-        return self._submit("reduce_scatter_tensor", [output, input], job)
+        return self._submit("reduce_scatter_tensor", [output, input], job, opts)
 
     _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
 
@@ -761,7 +788,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 self._scatter_from(group, o, i, op)
             return outputs
 
-        return self._submit("reduce_scatter_tensor_coalesced", [*outputs, *inputs], job)
+        return self._submit("reduce_scatter_tensor_coalesced", [*outputs, *inputs], job, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # type: ignore[assignment]
 
@@ -797,7 +824,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 o.copy_(piece.view(o.shape))
             return output_tensors
 
-        return self._submit("gather", input_tensors, job)
+        return self._submit("gather", input_tensors, job, opts)
 
     def scatter(  # type: ignore[override]
         self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
@@ -828,7 +855,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
             _write_back(t, flat)
             return output_tensors
 
-        return self._submit("scatter", output_tensors, job)
+        return self._submit("scatter", output_tensors, job, opts)
 
     # ------------------------------------------------------------------ all-to-all
 
@@ -848,7 +875,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
             self._alltoall_pieces(group, output_tensors, input_tensors)
             return output_tensors
 
-        return self._submit("all_to_all", [*output_tensors, *input_tensors], job)
+        return self._submit("all_to_all", [*output_tensors, *input_tensors], job, opts)
 
     def _alltoall_pieces(
         self, group: dist.ProcessGroup, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]
@@ -889,7 +916,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
             self._alltoall_pieces(group, outs, ins)
             return [output]
 
-        return self._submit("all_to_all_single", [output, input], job)
+        return self._submit("all_to_all_single", [output, input], job, opts)
 
     alltoall_base = all_to_all_single  # type: ignore[assignment]
 
@@ -918,7 +945,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
             self._execute(Kind.BARRIER, group, None, nbytes=0)
             return []
 
-        return self._submit("barrier", [], job)
+        return self._submit("barrier", [], job, opts)
 
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int) -> dist.Work:
         """``dist.send``/``isend``: passed through to the inner backend (a separate channel for CPU)."""

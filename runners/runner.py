@@ -639,7 +639,10 @@ class _Context:
         head = (f"rank {plan.rank} (global rank {self.globals[plan.rank]}): {sched.name} "
                 f"{sched.collective.describe()}: {it.describe()}: {verb} {peer}")
         text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if "timed out" in text.lower() or "timeout" in text.lower() or isinstance(error, TimeoutError):
+        timeout_text = "timed out" in text.lower() or "timeout" in text.lower() or isinstance(error, TimeoutError)
+        # Only our own deadline makes a timeout: gloo also says "timeout" when a pair was closed because the
+        # peer's wait timed out ("Application timeout caused pair closure"), which is the peer failing.
+        if timeout_text and time.monotonic() >= self.deadline - 0.01:
             return RunTimeout(f"{head} did not complete within {self.timeout:g} s; waiting on peer {peer} "
                               f"({text})")
         note = _peer_report(self.globals[it.peer])

@@ -680,6 +680,51 @@ def work_semantics(rank: int, world: int) -> None:
         w.wait()
         _same(x.tolist(), [float(world)] * 2)
     c.run("wait timeout", timed)
+
+    # A timeout in the call's options (torch leaves it unset) replaces the group's for that collective.
+    pair = dist.new_group([0, 1], backend="collsched")
+
+    def per_call_timeout() -> None:
+        y = torch.full((4,), float(rank))
+        if rank == 1:
+            time.sleep(1.5)
+            try:  # gloo closed the pair when rank 0 gave up: this fails at once, naming rank 0
+                dist.broadcast(y, src=1, group=pair)
+            except RuntimeError as err:
+                if isinstance(err, TimeoutError) or "rank 0" not in str(err):
+                    raise AssertionError(f"rank 0's failure reported as {type(err).__name__}: {err}") from err
+            else:
+                raise AssertionError("a broadcast to the rank that gave up succeeded")
+            return
+        opts = dist.BroadcastOptions()
+        opts.rootRank, opts.rootTensor, opts.timeout = 1, 0, timedelta(milliseconds=300)
+        start = time.monotonic()
+        try:
+            pair.broadcast([y], opts).wait()
+        except TimeoutError as err:
+            if "rank 1" not in str(err):
+                raise AssertionError(f"the timeout does not name the late peer: {err}") from err
+        else:
+            raise AssertionError("broadcast with a 300 ms timeout returned while rank 1 was asleep")
+        if time.monotonic() - start > 1.2:
+            raise AssertionError(f"gave up after {time.monotonic() - start:.1f} s, not about 0.3 s")
+    def after_the_timeout() -> None:
+        # gloo closed the pair when rank 0 gave up: the next collective fails at once on both ranks, as the
+        # peer's failure (not as a timeout of its own, though gloo's message says "timeout").
+        start = time.monotonic()
+        try:
+            dist.barrier(group=pair)
+        except RuntimeError as err:
+            if isinstance(err, TimeoutError) or f"rank {1 - rank}" not in str(err):
+                raise AssertionError(f"the closed pair reported as {type(err).__name__}: {err}") from err
+        else:
+            raise AssertionError("a barrier over the pair gloo closed succeeded")
+        if time.monotonic() - start > 5:
+            raise AssertionError(f"the barrier took {time.monotonic() - start:.1f} s to fail")
+    if rank in (0, 1):
+        c.run("per-call timeout", per_call_timeout)
+        c.run("after a per-call timeout", after_the_timeout)
+    dist.destroy_process_group(pair)
     c.finish(least=18)
 
 
