@@ -427,13 +427,11 @@ class CollschedProcessGroup(dist.ProcessGroup):
         if timeout is not None:
             run = self._with_timeout(job, timeout)
         if device == "cuda":
-            run = self._on_stream(tensors, job, state)
+            run = self._on_stream(tensors, run, state)
         self._queue.submit(run, state)
         if self._coalesced is not None:
             self._coalesced.append(state)
         return CollschedWork(state, what, self._queue)
-
-    # ------------------------------------------------------------------ coalescing manager
 
     def _with_timeout(self, job: Job, timeout: timedelta) -> Job:
         def run() -> Any:
@@ -445,6 +443,8 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 self._job_timeout = outer
 
         return run
+
+    # ------------------------------------------------------------------ coalescing manager
 
     def _start_coalescing(self, device: torch.device) -> None:
         """``_coalescing_manager(device=...)``: start collecting the collectives issued until ``_end_coalescing``.
