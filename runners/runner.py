@@ -668,7 +668,7 @@ def _execute_host(ctx: _Context) -> None:
     arena, shared = _ARENA.borrow(budget * unit, ref.device)
     ok = False
     try:
-        _run_host(ctx, _Carver(arena, unit, budget, ref.dtype), budget)
+        _run_host(ctx, _Carver(arena, unit, budget, ref.dtype))
         ok = True
     finally:
         if shared:
@@ -676,8 +676,9 @@ def _execute_host(ctx: _Context) -> None:
             _ARENA.give_back(ref.device, keep=ok)
 
 
-def _run_host(ctx: _Context, carver: _Carver, budget: int) -> None:
+def _run_host(ctx: _Context, carver: _Carver) -> None:
     plan = ctx.plan
+    budget = plan.budget_chunks  # chunks of staged receives that may still be posted
     items = plan.items
     n = len(items)
     deps_left = [len(it.deps) for it in items]
@@ -703,8 +704,7 @@ def _run_host(ctx: _Context, carver: _Carver, budget: int) -> None:
                 return
             budget -= count
             held[i], slots[i] = carver.take(count)
-            buf = held[i]
-            works[i] = ctx.irecv(items[i], buf)
+            works[i] = ctx.irecv(items[i], held[i])
             heappush(heap, i)
             next_staged += 1
 
