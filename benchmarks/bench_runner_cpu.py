@@ -1,14 +1,16 @@
 """Where a gloo all-reduce's time goes: wall and CPU time per rank, for torch, the runner and a bare Python ring.
 
-    python benchmarks/bench_runner_cpu.py                       # 4 ranks, 64 MiB
-    python benchmarks/bench_runner_cpu.py --nproc 2 --mib 16 --chunks 1 2
+    python benchmarks/bench_runner_cpu.py                       # 4 ranks, 64 MiB, ring
+    python benchmarks/bench_runner_cpu.py --nproc 2 --mib 16 --algorithms ring ring:chunks=2
+    python benchmarks/bench_runner_cpu.py --nproc 8 --mib 1 4 16 --algorithms ring direct
 
-Spawns ``--nproc`` gloo ranks and times, side by side in one run (the
-variants alternate iteration by iteration, after a barrier):
+Spawns ``--nproc`` gloo ranks and times, for each size, side by side in one
+run (the variants alternate iteration by iteration, after a barrier):
 
 - ``torch``: ``dist.all_reduce``, gloo's own C++ ring;
-- ``ring C=k``: ``runners.runner.run`` of the registry's ring schedule with
-  k chunks per piece (``check=False``: no metadata exchange);
+- each of ``--algorithms`` (``name`` or ``name:chunks=k``, default ``ring``):
+  ``runners.runner.run`` of the registry's all-reduce schedule
+  (``check=False``: no metadata exchange);
 - ``bare ring``: the smallest Python ring over the same ``isend``/``irecv``
   calls (reduce-scatter then all-gather, one message per step, staging
   allocated once), the floor for any engine that drives gloo's
@@ -64,18 +66,29 @@ def _bare_ring(x: torch.Tensor, stage: torch.Tensor, p: int, r: int) -> None:
         sw.wait()
 
 
-def _rank(rank: int, args: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+def _spec(text: str) -> tuple[str, dict[str, int]]:
+    """``"ring:chunks=2"`` as ("ring", {"chunks": 2})."""
+    name, *items = text.split(":")
+    return name, {k: int(v) for k, v in (item.split("=", 1) for item in items)}
+
+
+def _rank(rank: int, args: dict[str, Any]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    return {f"{mib:g}": _one_size(rank, args, mib) for mib in args["mib"]}
+
+
+def _one_size(rank: int, args: dict[str, Any], mib: float) -> dict[str, dict[str, list[float]]]:
     from algorithms import registry
     from runners.runner import run
 
     p = dist.get_world_size()
-    n = int(args["mib"] * (1 << 18)) // p * p  # fp32 elements, a multiple of p
+    n = int(mib * (1 << 18)) // p * p  # fp32 elements, a multiple of p
     x = torch.ones(n)
     stage = torch.empty(n // p)
     variants: dict[str, Any] = {"torch": lambda: dist.all_reduce(x)}
-    for k in args["chunks"]:
-        sched = registry.build("allreduce", "ring", p, chunks=k)
-        variants[f"ring C={k}"] = lambda s=sched: run(s, x, check=False)
+    for spec in args["algorithms"]:
+        name, params = _spec(spec)
+        sched = registry.build("allreduce", name, p, **params)
+        variants[spec] = lambda s=sched: run(s, x, check=False)
     variants["bare ring"] = lambda: _bare_ring(x, stage, p, rank)
     wall: dict[str, list[float]] = {v: [] for v in variants}
     cpu: dict[str, list[float]] = {v: [] for v in variants}
@@ -99,22 +112,33 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nproc", type=int, default=4)
-    parser.add_argument("--mib", type=float, default=64.0, help="all-reduce size in MiB (fp32)")
-    parser.add_argument("--chunks", type=int, nargs="+", default=[1], help="ring chunks per piece to time")
+    parser.add_argument("--mib", type=float, nargs="+", default=[64.0], help="all-reduce sizes in MiB (fp32)")
+    parser.add_argument("--algorithms", nargs="+", default=["ring"], metavar="NAME[:chunks=k]",
+                        help="all-reduce schedules of the registry to time (default: ring)")
     parser.add_argument("--iters", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
     args = vars(parser.parse_args())
-    if args["nproc"] < 2 or args["iters"] < 1 or args["warmup"] < 0 or args["mib"] <= 0:
+    if args["nproc"] < 2 or args["iters"] < 1 or args["warmup"] < 0 or min(args["mib"]) <= 0:
         parser.error("need --nproc >= 2, --iters >= 1, --warmup >= 0 and --mib > 0")
+    from algorithms import registry
+
+    for spec in args["algorithms"]:  # a bad name or parameter fails here, before any rank starts
+        try:
+            name, params = _spec(spec)
+            registry.build("allreduce", name, args["nproc"], **params)
+        except Exception as e:
+            parser.error(f"--algorithms {spec}: {e}")
     per_rank = spawn(_rank, args["nproc"], args, backend="gloo", timeout=1800)
-    base = statistics.median(per_rank[0]["torch"]["wall"])
-    print(f"all-reduce {args['mib']:g} MiB fp32, {args['nproc']} gloo ranks; medians of {args['iters']} iterations")
-    print(f"{'variant':<12} {'wall ms':>9} {'ratio':>6} " + " ".join(f"{'cpu ms r' + str(r):>10}"
-                                                             for r in range(args["nproc"])))
-    for name in per_rank[0]:
-        w = statistics.median(per_rank[0][name]["wall"])
-        cpus = [statistics.median(rank_out[name]["cpu"]) * 1e3 for rank_out in per_rank]
-        print(f"{name:<12} {w * 1e3:>9.1f} {base / w:>6.3f} " + " ".join(f"{c:>10.1f}" for c in cpus))
+    width = max(12, *(len(a) for a in args["algorithms"]))
+    for size, by_variant in per_rank[0].items():
+        base = statistics.median(by_variant["torch"]["wall"])
+        print(f"all-reduce {size} MiB fp32, {args['nproc']} gloo ranks; medians of {args['iters']} iterations")
+        print(f"{'variant':<{width}} {'wall ms':>9} {'ratio':>6} " + " ".join(f"{'cpu ms r' + str(r):>10}"
+                                                                   for r in range(args["nproc"])))
+        for name in by_variant:
+            w = statistics.median(by_variant[name]["wall"])
+            cpus = [statistics.median(rank_out[size][name]["cpu"]) * 1e3 for rank_out in per_rank]
+            print(f"{name:<{width}} {w * 1e3:>9.1f} {base / w:>6.3f} " + " ".join(f"{c:>10.1f}" for c in cpus))
 
 
 if __name__ == "__main__":

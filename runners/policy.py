@@ -4,10 +4,10 @@ A ``Policy`` is an ordered list of rules per collective kind; the first rule
 whose byte and rank ranges contain the call wins. Rules come from three
 places, later ones overriding earlier ones kind by kind:
 
-1. built-in defaults (``DEFAULTS``): for each size band a preference list of
-   algorithm names, of which the first one registered and able to serve the
-   world size is used, so the defaults follow whatever the algorithm library
-   holds;
+1. built-in defaults (``DEFAULTS``): for each band of sizes (and, where
+   it matters, of world sizes) a preference list of algorithm names, of which
+   the first one registered and able to serve the world size is used, so the
+   defaults follow whatever the algorithm library holds;
 2. a JSON tuning file, named by ``COLLSCHED_TUNING`` or passed in
    (format ``collsched.tuning/1``, see ``docs/backend.md``);
 3. the environment variable ``COLLSCHED_ALGORITHMS``, such as
@@ -46,6 +46,7 @@ from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 __all__ = [
     "DEFAULTS",
     "P2P",
+    "Band",
     "ENV_ALGORITHMS",
     "ENV_TUNING",
     "TUNING_FORMAT",
@@ -63,24 +64,40 @@ TUNING_FORMAT = "collsched.tuning/1"
 _MAX_TUNING_BYTES = 1 << 20
 _KIB = 1024
 
-# (largest size in bytes this band serves or None for "any", preference list of
-# "name" or "name:param=value"). Latency-bound algorithms for small messages,
-# bandwidth-optimal ones for large; from 32 MiB the ring pipelines 4 chunks per
-# piece, which measured 5-10 % faster than 1 on gloo (benchmarks/bench_backend.py).
-DEFAULTS: Mapping[Kind, tuple[tuple[int | None, tuple[str, ...]], ...]] = {
+@dataclass(frozen=True)
+class Band:
+    """A default rule: calls up to ``max_bytes`` (None: any size) on at most ``max_ranks`` ranks (None: any)
+    use the first of ``names`` ("name" or "name:param=value") that is registered and can serve."""
+
+    max_bytes: int | None
+    names: tuple[str, ...]
+    max_ranks: int | None = None
+
+
+# Latency-bound algorithms for small messages, bandwidth-optimal ones for large.
+# Between 64 KiB and 32 MiB on up to 8 ranks, direct reduce-scatter + all-gather
+# (2 steps, every peer at once; the alpha-beta cost of the ring with 2 alpha
+# instead of 2(p-1)) measured faster than the ring on gloo, in three launches of
+# `benchmarks/bench_runner_cpu.py --nproc {4,8} --mib 0.25 1 2 4 16 32
+# --algorithms ring direct`: at 4 MiB 0.81-1.05x torch against the ring's
+# 0.63-0.88 on 4 ranks, 0.91-1.15x against 0.58-0.69 on 8; ahead or level at
+# every size. It stages up to (p-1)/p of the buffer, hence the bounds. From
+# 32 MiB the ring pipelines 4 chunks per piece.
+DEFAULTS: Mapping[Kind, tuple[Band, ...]] = {
     Kind.ALLREDUCE: (
-        (64 * _KIB, ("recursive_doubling", "rabenseifner", "ring")),
-        (32 * _KIB * _KIB, ("ring",)),
-        (None, ("ring:chunks=4", "ring")),
+        Band(64 * _KIB, ("recursive_doubling", "rabenseifner", "ring")),
+        Band(32 * _KIB * _KIB, ("direct", "ring"), max_ranks=8),
+        Band(32 * _KIB * _KIB, ("ring",)),
+        Band(None, ("ring:chunks=4", "ring")),
     ),
-    Kind.ALLGATHER: ((64 * _KIB, ("recursive_doubling", "bruck", "ring")), (None, ("ring",))),
-    Kind.REDUCESCATTER: ((64 * _KIB, ("recursive_halving", "ring")), (None, ("ring",))),
-    Kind.BROADCAST: ((64 * _KIB, ("binomial",)), (None, ("scatter_allgather", "binomial"))),
-    Kind.REDUCE: ((64 * _KIB, ("binomial",)), (None, ("reducescatter_gather", "binomial"))),
-    Kind.SCATTER: ((None, ("binomial", "linear")),),
-    Kind.GATHER: ((None, ("binomial", "linear")),),
-    Kind.ALLTOALL: ((None, ("pairwise", "linear", "bruck")),),
-    Kind.BARRIER: ((None, ("dissemination",)),),
+    Kind.ALLGATHER: (Band(64 * _KIB, ("recursive_doubling", "bruck", "ring")), Band(None, ("ring",))),
+    Kind.REDUCESCATTER: (Band(64 * _KIB, ("recursive_halving", "ring")), Band(None, ("ring",))),
+    Kind.BROADCAST: (Band(64 * _KIB, ("binomial",)), Band(None, ("scatter_allgather", "binomial"))),
+    Kind.REDUCE: (Band(64 * _KIB, ("binomial",)), Band(None, ("reducescatter_gather", "binomial"))),
+    Kind.SCATTER: (Band(None, ("binomial", "linear")),),
+    Kind.GATHER: (Band(None, ("binomial", "linear")),),
+    Kind.ALLTOALL: (Band(None, ("pairwise", "linear", "bruck")),),
+    Kind.BARRIER: (Band(None, ("dissemination",)),),
 }
 
 
@@ -142,7 +159,8 @@ class Policy:
     def defaults(cls) -> Policy:
         """The built-in rules, with preference lists (see ``DEFAULTS``)."""
         rules = {
-            kind: tuple(Rule(tuple(_default_choice(n) for n in names), max_bytes=limit) for limit, names in bands)
+            kind: tuple(Rule(tuple(_default_choice(n) for n in band.names), max_bytes=band.max_bytes,
+                             max_ranks=band.max_ranks) for band in bands)
             for kind, bands in DEFAULTS.items()
         }
         return cls(rules)

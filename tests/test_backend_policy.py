@@ -15,6 +15,7 @@ from runners.policy import (
     ENV_TUNING,
     P2P,
     TUNING_FORMAT,
+    Band,
     Choice,
     Policy,
     PolicyError,
@@ -34,8 +35,9 @@ def test_defaults_pick_a_registered_algorithm_that_serves(kind: Kind, ranks: int
     choice = Policy.defaults().choose(kind, nbytes, ranks)
     if choice.algorithm == P2P:
         # Only when no default candidate for this band is registered and able to serve.
-        band = next(names for limit, names in DEFAULTS[kind] if limit is None or nbytes <= limit)
-        for name in {n.split(":")[0] for n in band} & _registered(kind):
+        band = next(b for b in DEFAULTS[kind] if (b.max_bytes is None or nbytes <= b.max_bytes)
+                    and (b.max_ranks is None or ranks <= b.max_ranks))
+        for name in {n.split(":")[0] for n in band.names} & _registered(kind):
             assert registry.get(kind, name).unsupported(ranks) is not None
     else:
         assert choice.algorithm in _registered(kind)
@@ -45,8 +47,18 @@ def test_defaults_pick_a_registered_algorithm_that_serves(kind: Kind, ranks: int
 
 
 def test_defaults_use_the_library_ring_for_large_allreduce() -> None:
-    assert Policy.defaults().choose("allreduce", 16 << 20, 4) == Choice("ring")
+    assert Policy.defaults().choose("allreduce", 16 << 20, 9) == Choice("ring")
     assert Policy.defaults().choose("allreduce", 64 << 20, 4) == Choice("ring", (("chunks", 4),))
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+def test_defaults_use_direct_allreduce_for_medium_sizes_on_few_ranks(ranks: int) -> None:
+    # The band's edges: above 64 KiB and up to 32 MiB inclusive, on at most 8 ranks.
+    assert Policy.defaults().choose("allreduce", (64 << 10) + 1, ranks) == Choice("direct")
+    assert Policy.defaults().choose("allreduce", 32 << 20, ranks) == Choice("direct")
+    assert Policy.defaults().choose("allreduce", (32 << 20) + 1, ranks) == Choice("ring", (("chunks", 4),))
+    assert Policy.defaults().choose("allreduce", 64 << 10, ranks).algorithm != "direct"
+    assert Policy.defaults().choose("allreduce", 1 << 20, 9) == Choice("ring")
 
 
 def test_env_var_pins_one_algorithm_per_kind_with_parameters() -> None:
@@ -149,7 +161,7 @@ def test_validate_rejects_a_pinned_algorithm_that_cannot_serve_the_world_size(
     with pytest.raises(PolicyError, match="allreduce=pow2_test cannot serve 6 ranks: needs a power of two"):
         policy.validate(6)
     # As a default candidate the same algorithm is skipped instead, for the next one that serves.
-    monkeypatch.setitem(DEFAULTS, Kind.ALLREDUCE, ((None, ("pow2_test", "ring")),))
+    monkeypatch.setitem(DEFAULTS, Kind.ALLREDUCE, (Band(None, ("pow2_test", "ring")),))
     assert Policy.defaults().choose(Kind.ALLREDUCE, 1, 4) == Choice("pow2_test")
     assert Policy.defaults().choose(Kind.ALLREDUCE, 1, 6) == Choice("ring")
 
