@@ -75,17 +75,23 @@ class Band:
 
 
 # Latency-bound algorithms for small messages, bandwidth-optimal ones for large.
-# Between 64 KiB and 32 MiB on up to 8 ranks, direct reduce-scatter + all-gather
-# (2 steps, every peer at once; the alpha-beta cost of the ring with 2 alpha
-# instead of 2(p-1)) measured faster than the ring on gloo, in three launches of
-# `benchmarks/bench_runner_cpu.py --nproc {4,8} --mib 0.25 1 2 4 16 32
-# --algorithms ring direct`: at 4 MiB 0.81-1.05x torch against the ring's
-# 0.63-0.88 on 4 ranks, 0.91-1.15x against 0.58-0.69 on 8; ahead or level at
-# every size. It stages up to (p-1)/p of the buffer, hence the bounds. From
+# All-reduce on up to 8 ranks, measured on gloo with
+# `benchmarks/bench_runner_cpu.py --nproc P --mib ... --algorithms ...` (ratio to
+# torch's all_reduce, two or three launches each, 3 to 8 ranks):
+# - up to 1 MiB recursive doubling (log2 p steps of the whole buffer) is the
+#   fastest: 1.3-3.4x torch up to 256 KiB and 0.7-2.0x at 1 MiB, against
+#   0.3-1.4x for direct and the ring; at 2 MiB it is level with direct;
+# - up to 32 MiB direct reduce-scatter + all-gather (2 steps with every peer at
+#   once: the alpha-beta cost of the ring with 2 alpha instead of 2(p-1)) is
+#   ahead of the ring or level at every size: at 4 MiB 0.81-1.05x torch
+#   against the ring's 0.63-0.88 on 4 ranks, 0.91-1.15x against 0.58-0.69 on 8.
+#   It stages up to (p-1)/p of the buffer, hence the bounds.
+# Larger worlds keep the previous bands (not measured here: 2 cores). From
 # 32 MiB the ring pipelines 4 chunks per piece.
 DEFAULTS: Mapping[Kind, tuple[Band, ...]] = {
     Kind.ALLREDUCE: (
         Band(64 * _KIB, ("recursive_doubling", "rabenseifner", "ring")),
+        Band(_KIB * _KIB, ("recursive_doubling", "rabenseifner", "ring"), max_ranks=8),
         Band(32 * _KIB * _KIB, ("direct", "ring"), max_ranks=8),
         Band(32 * _KIB * _KIB, ("ring",)),
         Band(None, ("ring:chunks=4", "ring")),

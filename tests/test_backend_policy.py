@@ -52,12 +52,15 @@ def test_defaults_use_the_library_ring_for_large_allreduce() -> None:
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])
-def test_defaults_use_direct_allreduce_for_medium_sizes_on_few_ranks(ranks: int) -> None:
-    # The band's edges: above 64 KiB and up to 32 MiB inclusive, on at most 8 ranks.
-    assert Policy.defaults().choose("allreduce", (64 << 10) + 1, ranks) == Choice("direct")
+def test_defaults_allreduce_bands_on_few_ranks(ranks: int) -> None:
+    # The bands' edges on at most 8 ranks: recursive doubling up to 1 MiB, direct above and up to 32 MiB.
+    assert Policy.defaults().choose("allreduce", 1 << 20, ranks) == Choice("recursive_doubling")
+    assert Policy.defaults().choose("allreduce", (1 << 20) + 1, ranks) == Choice("direct")
     assert Policy.defaults().choose("allreduce", 32 << 20, ranks) == Choice("direct")
     assert Policy.defaults().choose("allreduce", (32 << 20) + 1, ranks) == Choice("ring", (("chunks", 4),))
-    assert Policy.defaults().choose("allreduce", 64 << 10, ranks).algorithm != "direct"
+    # Larger worlds: recursive doubling only up to 64 KiB, then the ring.
+    assert Policy.defaults().choose("allreduce", 64 << 10, 9) == Choice("recursive_doubling")
+    assert Policy.defaults().choose("allreduce", (64 << 10) + 1, 9) == Choice("ring")
     assert Policy.defaults().choose("allreduce", 1 << 20, 9) == Choice("ring")
 
 
