@@ -87,7 +87,8 @@ class Band:
 #   against the ring's 0.63-0.88 on 4 ranks, 0.91-1.15x against 0.58-0.69 on 8.
 #   It stages up to (p-1)/p of the buffer, hence the bounds.
 # Larger worlds keep the previous bands (not measured here: 2 cores). From
-# 32 MiB the ring pipelines 4 chunks per piece.
+# 32 MiB the ring pipelines 4 chunks per piece (at 64 MiB on 4 ranks within
+# noise of 1 or 2 chunks and of direct: 0.82-0.93x torch for all of them).
 DEFAULTS: Mapping[Kind, tuple[Band, ...]] = {
     Kind.ALLREDUCE: (
         Band(64 * _KIB, ("recursive_doubling", "rabenseifner", "ring")),
