@@ -39,7 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.distributed as dist
 
+from algorithms.errors import RegistryError
+from algorithms.ir import Kind
 from runners.launch import spawn
+from runners.policy import Choice, PolicyError, parse_algorithms, schedule
 
 
 def _cpu() -> float:
@@ -66,10 +69,10 @@ def _bare_ring(x: torch.Tensor, stage: torch.Tensor, p: int, r: int) -> None:
         sw.wait()
 
 
-def _spec(text: str) -> tuple[str, dict[str, int]]:
-    """``"ring:chunks=2"`` as ("ring", {"chunks": 2})."""
-    name, *items = text.split(":")
-    return name, {k: int(v) for k, v in (item.split("=", 1) for item in items)}
+def _choice(spec: str) -> Choice:
+    """``"ring:chunks=2"`` as the policy's checked Choice: the same syntax as COLLSCHED_ALGORITHMS."""
+    (rule,) = parse_algorithms(f"allreduce={spec}", where=f"--algorithms {spec}")[Kind.ALLREDUCE]
+    return rule.candidates[0]
 
 
 def _rank(rank: int, args: dict[str, Any]) -> dict[str, dict[str, dict[str, list[float]]]]:
@@ -77,7 +80,6 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, dict[str, dict[str, list
 
 
 def _one_size(rank: int, args: dict[str, Any], mib: float) -> dict[str, dict[str, list[float]]]:
-    from algorithms import registry
     from runners.runner import run
 
     p = dist.get_world_size()
@@ -86,8 +88,7 @@ def _one_size(rank: int, args: dict[str, Any], mib: float) -> dict[str, dict[str
     stage = torch.empty(n // p)
     variants: dict[str, Any] = {"torch": lambda: dist.all_reduce(x)}
     for spec in args["algorithms"]:
-        name, params = _spec(spec)
-        sched = registry.build("allreduce", name, p, **params)
+        sched = schedule(Kind.ALLREDUCE, _choice(spec), p)
         variants[spec] = lambda s=sched: run(s, x, check=False)
     variants["bare ring"] = lambda: _bare_ring(x, stage, p, rank)
     wall: dict[str, list[float]] = {v: [] for v in variants}
@@ -120,13 +121,12 @@ def main() -> None:
     args = vars(parser.parse_args())
     if args["nproc"] < 2 or args["iters"] < 1 or args["warmup"] < 0 or min(args["mib"]) <= 0:
         parser.error("need --nproc >= 2, --iters >= 1, --warmup >= 0 and --mib > 0")
-    from algorithms import registry
-
     for spec in args["algorithms"]:  # a bad name or parameter fails here, before any rank starts
         try:
-            name, params = _spec(spec)
-            registry.build("allreduce", name, args["nproc"], **params)
-        except Exception as e:
+            schedule(Kind.ALLREDUCE, _choice(spec), args["nproc"])
+        except PolicyError as e:  # names the option and the spec
+            parser.error(str(e))
+        except RegistryError as e:  # p2p: a name the policy knows but no schedule
             parser.error(f"--algorithms {spec}: {e}")
     per_rank = spawn(_rank, args["nproc"], args, backend="gloo", timeout=1800)
     width = max(12, *(len(a) for a in args["algorithms"]))
