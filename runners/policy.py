@@ -46,7 +46,6 @@ from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 __all__ = [
     "DEFAULTS",
     "P2P",
-    "Band",
     "ENV_ALGORITHMS",
     "ENV_TUNING",
     "TUNING_FORMAT",
@@ -63,50 +62,6 @@ ENV_TUNING = "COLLSCHED_TUNING"
 TUNING_FORMAT = "collsched.tuning/1"
 _MAX_TUNING_BYTES = 1 << 20
 _KIB = 1024
-
-@dataclass(frozen=True)
-class Band:
-    """A default rule: calls up to ``max_bytes`` (None: any size) on at most ``max_ranks`` ranks (None: any)
-    use the first of ``names`` ("name" or "name:param=value") that is registered and can serve."""
-
-    max_bytes: int | None
-    names: tuple[str, ...]
-    max_ranks: int | None = None
-
-
-# Latency-bound algorithms for small messages, bandwidth-optimal ones for large.
-# All-reduce on up to 8 ranks, measured on gloo with
-# `benchmarks/bench_runner_cpu.py --nproc P --mib ... --algorithms ...` (ratio to
-# torch's all_reduce, two or three launches each, 3 to 8 ranks):
-# - up to 1 MiB recursive doubling (log2 p steps of the whole buffer) is the
-#   fastest: 1.3-3.4x torch up to 256 KiB and 0.7-2.0x at 1 MiB, against
-#   0.3-1.4x for direct and the ring; at 2 MiB it is level with direct;
-# - up to 32 MiB direct reduce-scatter + all-gather (2 steps with every peer at
-#   once: the alpha-beta cost of the ring with 2 alpha instead of 2(p-1)) is
-#   ahead of the ring or level at every size: at 4 MiB 0.81-1.05x torch
-#   against the ring's 0.63-0.88 on 4 ranks, 0.91-1.15x against 0.58-0.69 on 8.
-#   It stages up to (p-1)/p of the buffer, hence the bounds.
-# Larger worlds keep the previous bands (not measured here: 2 cores). From
-# 32 MiB the ring pipelines 4 chunks per piece (at 64 MiB on 4 ranks within
-# noise of 1 or 2 chunks and of direct: 0.82-0.93x torch for all of them).
-DEFAULTS: Mapping[Kind, tuple[Band, ...]] = {
-    Kind.ALLREDUCE: (
-        Band(64 * _KIB, ("recursive_doubling", "rabenseifner", "ring")),
-        Band(_KIB * _KIB, ("recursive_doubling", "rabenseifner", "ring"), max_ranks=8),
-        Band(32 * _KIB * _KIB, ("direct", "ring"), max_ranks=8),
-        Band(32 * _KIB * _KIB, ("ring",)),
-        Band(None, ("ring:chunks=4", "ring")),
-    ),
-    Kind.ALLGATHER: (Band(64 * _KIB, ("recursive_doubling", "bruck", "ring")), Band(None, ("ring",))),
-    Kind.REDUCESCATTER: (Band(64 * _KIB, ("recursive_halving", "ring")), Band(None, ("ring",))),
-    Kind.BROADCAST: (Band(64 * _KIB, ("binomial",)), Band(None, ("scatter_allgather", "binomial"))),
-    Kind.REDUCE: (Band(64 * _KIB, ("binomial",)), Band(None, ("reducescatter_gather", "binomial"))),
-    Kind.SCATTER: (Band(None, ("binomial", "linear")),),
-    Kind.GATHER: (Band(None, ("binomial", "linear")),),
-    Kind.ALLTOALL: (Band(None, ("pairwise", "linear", "bruck")),),
-    Kind.BARRIER: (Band(None, ("dissemination",)),),
-}
-
 
 class PolicyError(CollschedError, ValueError):
     """A tuning file, environment variable or algorithm choice is invalid; the message names it."""
@@ -165,12 +120,7 @@ class Policy:
     @classmethod
     def defaults(cls) -> Policy:
         """The built-in rules, with preference lists (see ``DEFAULTS``)."""
-        rules = {
-            kind: tuple(Rule(tuple(_default_choice(n) for n in band.names), max_bytes=band.max_bytes,
-                             max_ranks=band.max_ranks) for band in bands)
-            for kind, bands in DEFAULTS.items()
-        }
-        return cls(rules)
+        return cls(dict(DEFAULTS))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, tuning: str | Path | None = None) -> Policy:
@@ -223,6 +173,46 @@ def _default_choice(spec: str) -> Choice:
     """``"ring:chunks=4"`` as a Choice, unchecked: a default the library cannot serve is skipped when chosen."""
     name, *items = spec.split(":")
     return Choice(name, tuple(sorted((k, int(v)) for k, v in (item.split("=") for item in items))))
+
+
+def _band(max_bytes: int | None, *names: str, max_ranks: int | None = None) -> Rule:
+    """A default rule: calls up to ``max_bytes`` (None: any size) on at most ``max_ranks`` ranks (None: any)
+    use the first of ``names`` ("name" or "name:param=value") that is registered and can serve."""
+    return Rule(tuple(_default_choice(n) for n in names), max_bytes=max_bytes, max_ranks=max_ranks)
+
+
+# Latency-bound algorithms for small messages, bandwidth-optimal ones for large.
+# All-reduce on up to 8 ranks, measured on gloo with
+# `benchmarks/bench_runner_cpu.py --nproc P --mib ... --algorithms ...` (ratio to
+# torch's all_reduce, two or three launches each, 3 to 8 ranks):
+# - up to 1 MiB recursive doubling (log2 p steps of the whole buffer) is the
+#   fastest: 1.3-3.4x torch up to 256 KiB and 0.7-2.0x at 1 MiB, against
+#   0.3-1.4x for direct and the ring; at 2 MiB it is level with direct;
+# - up to 32 MiB direct reduce-scatter + all-gather (2 steps with every peer at
+#   once: the alpha-beta cost of the ring with 2 alpha instead of 2(p-1)) is
+#   ahead of the ring or level at every size: at 4 MiB 0.81-1.05x torch
+#   against the ring's 0.63-0.88 on 4 ranks, 0.91-1.15x against 0.58-0.69 on 8.
+#   It stages up to (p-1)/p of the buffer, hence the bounds.
+# Larger worlds keep the previous bands (not measured here: 2 cores). From
+# 32 MiB the ring pipelines 4 chunks per piece (at 64 MiB on 4 ranks within
+# noise of 1 or 2 chunks and of direct: 0.82-0.93x torch for all of them).
+DEFAULTS: Mapping[Kind, tuple[Rule, ...]] = {
+    Kind.ALLREDUCE: (
+        _band(64 * _KIB, "recursive_doubling", "rabenseifner", "ring"),
+        _band(_KIB * _KIB, "recursive_doubling", "rabenseifner", "ring", max_ranks=8),
+        _band(32 * _KIB * _KIB, "direct", "ring", max_ranks=8),
+        _band(32 * _KIB * _KIB, "ring"),
+        _band(None, "ring:chunks=4", "ring"),
+    ),
+    Kind.ALLGATHER: (_band(64 * _KIB, "recursive_doubling", "bruck", "ring"), _band(None, "ring")),
+    Kind.REDUCESCATTER: (_band(64 * _KIB, "recursive_halving", "ring"), _band(None, "ring")),
+    Kind.BROADCAST: (_band(64 * _KIB, "binomial"), _band(None, "scatter_allgather", "binomial")),
+    Kind.REDUCE: (_band(64 * _KIB, "binomial"), _band(None, "reducescatter_gather", "binomial")),
+    Kind.SCATTER: (_band(None, "binomial", "linear"),),
+    Kind.GATHER: (_band(None, "binomial", "linear"),),
+    Kind.ALLTOALL: (_band(None, "pairwise", "linear", "bruck"),),
+    Kind.BARRIER: (_band(None, "dissemination"),),
+}
 
 
 def _kind(name: str, where: str) -> Kind:

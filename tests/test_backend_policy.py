@@ -15,10 +15,10 @@ from runners.policy import (
     ENV_TUNING,
     P2P,
     TUNING_FORMAT,
-    Band,
     Choice,
     Policy,
     PolicyError,
+    Rule,
     parse_algorithms,
     schedule,
 )
@@ -35,9 +35,8 @@ def test_defaults_pick_a_registered_algorithm_that_serves(kind: Kind, ranks: int
     choice = Policy.defaults().choose(kind, nbytes, ranks)
     if choice.algorithm == P2P:
         # Only when no default candidate for this band is registered and able to serve.
-        band = next(b for b in DEFAULTS[kind] if (b.max_bytes is None or nbytes <= b.max_bytes)
-                    and (b.max_ranks is None or ranks <= b.max_ranks))
-        for name in {n.split(":")[0] for n in band.names} & _registered(kind):
+        band = next(rule for rule in DEFAULTS[kind] if rule.covers(nbytes, ranks))
+        for name in {c.algorithm for c in band.candidates} & _registered(kind):
             assert registry.get(kind, name).unsupported(ranks) is not None
     else:
         assert choice.algorithm in _registered(kind)
@@ -164,7 +163,7 @@ def test_validate_rejects_a_pinned_algorithm_that_cannot_serve_the_world_size(
     with pytest.raises(PolicyError, match="allreduce=pow2_test cannot serve 6 ranks: needs a power of two"):
         policy.validate(6)
     # As a default candidate the same algorithm is skipped instead, for the next one that serves.
-    monkeypatch.setitem(DEFAULTS, Kind.ALLREDUCE, (Band(None, ("pow2_test", "ring")),))
+    monkeypatch.setitem(DEFAULTS, Kind.ALLREDUCE, (Rule((Choice("pow2_test"), Choice("ring"))),))
     assert Policy.defaults().choose(Kind.ALLREDUCE, 1, 4) == Choice("pow2_test")
     assert Policy.defaults().choose(Kind.ALLREDUCE, 1, 6) == Choice("ring")
 
