@@ -322,10 +322,12 @@ def _check_own_row(schedule: Schedule, rank: int, row: list[int]) -> None:
                          + _describe_error(schedule, rank, row))
 
 
-def _exchange(row: list[int], group: Any, device: torch.device, rank: int, p: int, deadline: float,
+def _exchange(row: list[int], group: Any, globals_: list[int], device: torch.device, rank: int, deadline: float,
               what: str) -> list[list[int]]:
-    """Every rank's metadata row, by point-to-point messages so that a missing peer can be named."""
-    globals_ = [dist.get_global_rank(group, r) if group is not None else r for r in range(p)]
+    """Every rank's metadata row, by point-to-point messages so that a missing peer can be named.
+
+    ``globals_[r]`` is the global rank of group rank r."""
+    p = len(globals_)
     mine = torch.tensor(row, dtype=torch.int64, device=device)
     rows = torch.empty(p, len(row), dtype=torch.int64, device=device)
     rows[rank] = mine
@@ -586,16 +588,15 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 class _Context:
     """What an engine needs besides the plan: buffers, peers, op, deadline and error reporting."""
 
-    def __init__(self, plan: RankPlan, bufs: _Buffers, group: Any,
+    def __init__(self, plan: RankPlan, bufs: _Buffers, group: Any, globals_: list[int],
                  combine: Callable[[torch.Tensor, torch.Tensor], None], timeout: float, deadline: float) -> None:
         self.plan = plan
         self.bufs = bufs
         self.group = group
+        self.globals = globals_  # global rank of each group rank
         self.combine = combine
         self.timeout = timeout
         self.deadline = deadline
-        self.globals = [dist.get_global_rank(group, r) if group is not None else r
-                        for r in range(plan.schedule.ranks)]
 
     def src(self, it: Item) -> torch.Tensor:
         t = it.transfer
@@ -907,8 +908,9 @@ def run(
     row = _metadata(schedule, plan, tensor, output, opi, code, detail, n)
     deadline = time.monotonic() + seconds
     what = f"{schedule.name} {coll.describe()}"
+    globals_ = [dist.get_global_rank(group, r) if group is not None else r for r in range(p)]
     if check and p > 1:
-        table = _exchange(row, group, _meta_device(group), rank, p, deadline, what)
+        table = _exchange(row, group, globals_, _meta_device(group), rank, deadline, what)
         _check_table(schedule, table)
     else:
         _check_own_row(schedule, rank, row)
@@ -925,7 +927,7 @@ def run(
     else:
         device, dtype = ref.device, ref.dtype
     bufs = _Buffers(schedule, plan, tensor, output, n, dtype, device)
-    ctx = _Context(plan, bufs, group, _combine(opi, coll.kind), seconds, deadline)
+    ctx = _Context(plan, bufs, group, globals_, _combine(opi, coll.kind), seconds, deadline)
     if device.type == "cuda":
         _execute_stream(ctx)
         if coll.kind is Kind.BARRIER:
