@@ -316,6 +316,9 @@ def test_a_killed_peer_makes_the_others_fail_naming_it() -> None:
 def silent_peer_job(rank: int, stall: bool) -> str:
     """Rank 1 never joins the run, or (``stall``) joins and stops after its first send; it stays alive."""
     sched = registry.get("allreduce", "ring").build(2, chunks=2)
+    # Line the ranks up first: on a loaded machine one can start seconds after the other, and rank 0's
+    # 1.5 s would then run out in the metadata exchange instead of at the step the test is about.
+    dist.barrier()
     if rank == 1 and not stall:
         time.sleep(4)
         return "stayed out"
