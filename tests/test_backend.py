@@ -18,6 +18,8 @@ from algorithms import registry
 from algorithms.ir import Kind
 from tests import backend_cases as cases
 
+pytestmark = pytest.mark.multiprocess
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

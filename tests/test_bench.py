@@ -40,6 +40,7 @@ def test_bus_factors_follow_nccl_tests() -> None:
     assert bus_factor(Kind.BROADCAST, 4) == bus_factor(Kind.REDUCE, 8) == 1.0
 
 
+@pytest.mark.multiprocess
 def test_collsched_bench_json_on_two_ranks(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["bench", "--nproc", "2", "-c", "reducescatter", "-a", "ring", "--sizes", "1KiB,64KiB",
                  "--iters", "2", "--warmup", "1", "--json", "--dtype", "int32"])
@@ -62,6 +63,7 @@ def test_collsched_bench_usage_errors_exit_2(capsys: pytest.CaptureFixture[str])
     assert "nosuch" in capsys.readouterr().err
 
 
+@pytest.mark.multiprocess
 def test_runners_bench_under_torchrun() -> None:
     root = Path(__file__).resolve().parents[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",

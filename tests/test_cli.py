@@ -106,6 +106,7 @@ def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]
     assert code == 2 and "usage:" in err
 
 
+@pytest.mark.multiprocess
 def test_the_real_process_exit_codes() -> None:
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "runners.cli", *argv], cwd=ROOT, capture_output=True,

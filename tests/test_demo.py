@@ -15,6 +15,7 @@ from runners.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.multiprocess
 def test_demo_runs_every_stage_and_writes_its_outputs(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = subprocess.run(

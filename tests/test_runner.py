@@ -201,16 +201,19 @@ def _check(results: list[list[str]]) -> None:
     assert failures == [], "\n".join(failures[:20])
 
 
+@pytest.mark.multiprocess
 def test_every_kind_matches_torch_on_4_ranks_and_a_subgroup() -> None:
     _check(spawn(correctness_job, 4, FAST_DTYPES, [1, 2, 3], 4, timeout=600))
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize(("p", "dtypes"), [(2, ALL_DTYPES), (5, FAST_DTYPES), (8, ["int64", "float32"])])
 def test_every_kind_and_dtype_matches_torch(p: int, dtypes: list[str]) -> None:
     _check(spawn(correctness_job, p, dtypes, None, p, timeout=1800))
 
 
+@pytest.mark.multiprocess
 def test_every_dtype_matches_torch_on_3_ranks() -> None:
     _check(spawn(correctness_job, 3, ALL_DTYPES, None, 3, timeout=600))
 
@@ -255,6 +258,7 @@ def bad_input_job(rank: int) -> list[tuple[str, str]]:
     return seen
 
 
+@pytest.mark.multiprocess
 def test_bad_inputs_raise_the_same_clear_error_on_every_rank() -> None:
     results = spawn(bad_input_job, 3, timeout=300)
     by_case = list(zip(*results, strict=True))
@@ -302,6 +306,7 @@ def killed_peer_job(rank: int) -> str:
     return "finished"
 
 
+@pytest.mark.multiprocess
 def test_a_killed_peer_makes_the_others_fail_naming_it() -> None:
     with pytest.raises(SpawnError) as info:
         spawn(killed_peer_job, 3, timeout=200)
@@ -344,6 +349,7 @@ def silent_peer_job(rank: int, stall: bool) -> str:
     return "finished"
 
 
+@pytest.mark.multiprocess
 def test_a_run_that_cannot_finish_times_out_naming_step_and_peer() -> None:
     absent, stalled = (spawn(silent_peer_job, 2, stall, timeout=200) for stall in (False, True))
     assert absent[1] == "stayed out" and stalled[1] == "stalled"

@@ -210,6 +210,7 @@ def test_sweep_errors(capsys: pytest.CaptureFixture[str], args: list[str], messa
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err
 
 
+@pytest.mark.multiprocess
 def test_list_imports_nothing_heavy() -> None:
     code = ("import sys, runners.cli as c; c.build_parser(); "
             "print(sorted(m for m in ('simpy', 'matplotlib', 'networkx', 'tqdm', 'numpy') if m in sys.modules))")
