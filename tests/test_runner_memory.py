@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from runners.runner import _Arena, _Carver
+from runners.staging import Arena, Carver
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -16,7 +16,7 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def test_slots_are_disjoint_views_of_the_buffer_in_the_dtype() -> None:
     buf = torch.empty(4 * 12, dtype=torch.uint8)
-    carver = _Carver(buf, unit=12, units=4, dtype=torch.float32)  # chunks of 3 floats
+    carver = Carver(buf, unit=12, units=4, dtype=torch.float32)  # chunks of 3 floats
     a, sa = carver.take(1)
     b, sb = carver.take(2)
     c, sc = carver.take(1)
@@ -33,7 +33,7 @@ def test_slots_are_disjoint_views_of_the_buffer_in_the_dtype() -> None:
 
 def test_freed_slots_merge_and_fragmentation_falls_back_to_fresh_memory() -> None:
     buf = torch.empty(4 * 8, dtype=torch.uint8)
-    carver = _Carver(buf, unit=8, units=4, dtype=torch.int64)
+    carver = Carver(buf, unit=8, units=4, dtype=torch.int64)
     slots = [carver.take(1)[1] for _ in range(4)]
     assert slots == [0, 1, 2, 3]
     carver.give(0, 1)
@@ -52,7 +52,7 @@ def test_freed_slots_merge_and_fragmentation_falls_back_to_fresh_memory() -> Non
 
 
 def test_the_arena_is_lent_to_one_run_at_a_time_and_dropped_after_a_failure() -> None:
-    arena = _Arena()
+    arena = Arena()
     cpu = torch.device("cpu")
     first, shared = arena.borrow(64, cpu)
     assert shared and first.numel() == 64

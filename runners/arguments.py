@@ -1,0 +1,292 @@
+"""The cross-rank argument check of ``runners.runner.run``.
+
+Validation happens before any data moves. Checks that need only the
+arguments run on every rank identically; then the ranks all-gather a few
+integers of metadata (size, dtype, op, schedule checksum, local error) and
+every rank runs the same check over the table, so a bad argument on one rank
+raises the same ``InputError`` on every rank and nothing hangs.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from algorithms.ir import Buf, Kind, Schedule
+from runners.errors import InputError, RunError, RunTimeout, peer_report, report_failure
+from runners.plan import RankPlan
+
+ReduceOp = dist.ReduceOp
+
+
+# What torch's gloo collectives accept (measured on torch 2.13: int16, uint16,
+# uint32 and the float8 types are rejected with "Invalid scalar type").
+SUPPORTED_DTYPES: tuple[torch.dtype, ...] = (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+    torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128,
+)
+# Dtypes we can name in a message about another rank, in a fixed order (index = code).
+_NAMED_DTYPES: tuple[torch.dtype, ...] = (*SUPPORTED_DTYPES, torch.int16, torch.uint16, torch.uint32,
+                                          torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2)
+_OPS: tuple[Any, ...] = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.AVG,
+                         ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
+OP_NAMES = ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR")
+REDUCING = frozenset({Kind.ALLREDUCE, Kind.REDUCE, Kind.REDUCESCATTER})
+
+# Local error codes carried in the metadata exchange.
+_OK, _NO_TENSOR, _NOT_CONTIGUOUS, _BAD_DTYPE, _BAD_OP, _BAD_DEVICE, _BAD_SIZE, _DTYPE_MISMATCH = range(8)
+
+
+def op_index(op: object) -> int:
+    for i, o in enumerate(_OPS):
+        try:
+            if op == o:
+                return i
+        except TypeError:  # a premul-sum ReduceOp compares with nothing
+            break
+    return -1
+
+
+def _dtype_index(dtype: torch.dtype) -> int:
+    return _NAMED_DTYPES.index(dtype) if dtype in _NAMED_DTYPES else -1
+
+
+def _dtype_name(code: int) -> str:
+    return str(_NAMED_DTYPES[code]) if 0 <= code < len(_NAMED_DTYPES) else "an unsupported dtype"
+
+
+def _op_error(dtype: torch.dtype, op: int, kind: Kind) -> int:
+    """The error code for using op ``op`` on ``dtype``, matching torch gloo's rules (0 when allowed)."""
+    if op < 0:
+        return _BAD_OP
+    if kind not in REDUCING:
+        return _OK
+    name = OP_NAMES[op]
+    if dtype.is_complex and name not in ("SUM", "AVG"):
+        return _BAD_OP
+    if name in ("BAND", "BOR", "BXOR") and (dtype.is_floating_point or dtype.is_complex):
+        return _BAD_OP
+    if name == "AVG" and not (dtype.is_floating_point or dtype.is_complex):
+        return _BAD_OP
+    return _OK
+
+
+# ---------------------------------------------------------------------------- sizes
+
+
+def segments(schedule: Schedule, rank: int, buf: Buf) -> int:
+    """How many N-element segments ``rank``'s ``buf`` holds (0, 1 or p)."""
+    return schedule.buffer_chunks(rank, buf) // schedule.collective.chunks
+
+
+def _per_rank_count(schedule: Schedule, rank: int, tensor: torch.Tensor | None,
+                    output: torch.Tensor | None) -> tuple[int, int]:
+    """(error code, N): the per-rank element count implied by this rank's tensors."""
+    kind = schedule.collective.kind
+    if kind is Kind.BARRIER:
+        return _OK, 1
+    n_in = segments(schedule, rank, Buf.INPUT)
+    n_out = 0 if schedule.collective.in_place else segments(schedule, rank, Buf.OUTPUT)
+    counts = []
+    for t, segs in ((tensor, n_in), (output, n_out)):
+        if segs == 0:
+            continue
+        if t is None:
+            return _NO_TENSOR, 0
+        if t.numel() % segs:
+            return _BAD_SIZE, 0
+        counts.append(t.numel() // segs)
+    if len(counts) == 2 and counts[0] != counts[1]:
+        return _BAD_SIZE, 0
+    return _OK, counts[0]
+
+
+def _expected_numel(schedule: Schedule, rank: int, n: int) -> tuple[int, int]:
+    """(input, output) element counts of ``rank`` for per-rank count ``n`` (output 0 for in-place kinds)."""
+    n_out = 0 if schedule.collective.in_place else segments(schedule, rank, Buf.OUTPUT) * n
+    return segments(schedule, rank, Buf.INPUT) * n, n_out
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def devices_of(group: Any) -> set[str]:
+    backend = str(dist.get_backend(group))
+    if ":" not in backend:
+        return {"cuda"} if backend == "nccl" else {"cpu"} if backend == "gloo" else {"cpu", "cuda"}
+    return {part.split(":")[0] for part in backend.split(",")}
+
+
+def meta_device(group: Any) -> torch.device:
+    devices = devices_of(group)
+    if devices == {"cuda"}:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def local_check(schedule: Schedule, rank: int, tensor: Any, output: Any, op: int,
+                 devices: set[str]) -> tuple[int, int, int]:
+    """(error code, detail, N) from this rank's arguments alone."""
+    kind = schedule.collective.kind
+    if kind is Kind.BARRIER:
+        return _OK, 0, 1
+    seen: list[torch.Tensor] = []
+    for which, t, segs in ((0, tensor, segments(schedule, rank, Buf.INPUT)),
+                           (1, output, 0 if schedule.collective.in_place else
+                            segments(schedule, rank, Buf.OUTPUT))):
+        if segs == 0:
+            continue
+        if not isinstance(t, torch.Tensor):
+            return _NO_TENSOR, which, 0
+        if not t.is_contiguous():
+            return _NOT_CONTIGUOUS, which, 0
+        if t.device.type not in devices:
+            return _BAD_DEVICE, which, 0
+        if t.dtype not in SUPPORTED_DTYPES:
+            return _BAD_DTYPE, which, 0
+        seen.append(t)
+    if len(seen) == 2 and seen[0].dtype != seen[1].dtype:
+        return _DTYPE_MISMATCH, 0, 0
+    if seen and seen[0].device.type == "cuda" and seen[0].device.index != torch.cuda.current_device():
+        return _BAD_DEVICE, 0, 0
+    code = _op_error(seen[0].dtype, op, kind)
+    if code:
+        return code, 0, 0
+    code, n = _per_rank_count(schedule, rank, tensor, output)
+    return code, 0, n
+
+
+def metadata(schedule: Schedule, plan: RankPlan, tensor: Any, output: Any, op: int, code: int, detail: int,
+              n: int) -> list[int]:
+    t = tensor if isinstance(tensor, torch.Tensor) else output if isinstance(output, torch.Tensor) else None
+    numel_in = tensor.numel() if isinstance(tensor, torch.Tensor) else -1
+    numel_out = output.numel() if isinstance(output, torch.Tensor) else -1
+    dtype = _dtype_index(t.dtype) if t is not None else -1
+    kind = list(Kind).index(schedule.collective.kind)
+    root = -1 if schedule.collective.root is None else schedule.collective.root
+    return [code, detail, n, numel_in, numel_out, dtype, op, plan.fingerprint, kind, schedule.ranks,
+            schedule.collective.chunks, root]
+
+
+def _describe_error(schedule: Schedule, rank: int, row: list[int]) -> str:
+    code, detail, _n, numel_in, numel_out, dtype, op = row[:7]
+    which = ("tensor", "output")[detail] if code in (_NO_TENSOR, _NOT_CONTIGUOUS, _BAD_DEVICE, _BAD_DTYPE) else ""
+    kind = schedule.collective.kind
+    if code == _NO_TENSOR:
+        return f"rank {rank}: {which} must be a tensor for {kind}"
+    if code == _NOT_CONTIGUOUS:
+        return f"rank {rank}: {which} must be contiguous (torch's collectives require it too)"
+    if code == _BAD_DEVICE:
+        return f"rank {rank}: {which} is on a device the group's backend does not serve (gloo: cpu, nccl: cuda " \
+               f"device of LOCAL_RANK = torch.cuda.current_device())"
+    if code == _BAD_DTYPE:
+        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        return f"rank {rank}: {which} has dtype {_dtype_name(dtype)}, which torch's collectives do not " \
+               f"support (supported: {names})"
+    if code == _DTYPE_MISMATCH:
+        return f"rank {rank}: tensor and output have different dtypes"
+    if code == _BAD_OP:
+        name = OP_NAMES[op] if 0 <= op < len(OP_NAMES) else "this ReduceOp"
+        return f"rank {rank}: {kind} cannot use ReduceOp.{name} with dtype {_dtype_name(dtype)} " \
+               "(torch's rules: complex only SUM/AVG; BAND/BOR/BXOR integers only; AVG floating point only; " \
+               "no premul-sum)"
+    if code == _BAD_SIZE:
+        return f"rank {rank}: sizes do not fit {kind} on {schedule.ranks} ranks: tensor has {numel_in} " \
+               f"elements, output {numel_out} (need {_shape_rule(kind)})"
+    return f"rank {rank}: invalid input (code {code})"
+
+
+def _shape_rule(kind: Kind) -> str:
+    return {
+        Kind.ALLGATHER: "output = p·tensor",
+        Kind.GATHER: "root's output = p·tensor",
+        Kind.REDUCESCATTER: "tensor = p·output",
+        Kind.SCATTER: "root's tensor = p·output",
+        Kind.ALLTOALL: "tensor = output, a multiple of p",
+    }.get(kind, "any size")
+
+
+def check_table(schedule: Schedule, table: list[list[int]]) -> None:
+    """Raise the same InputError on every rank when any rank's metadata is bad or inconsistent."""
+    what = f"run({schedule.name} {schedule.collective.describe()})"
+    fingerprints = {row[7] for row in table}
+    if len(fingerprints) > 1:
+        # Each rank names its own schedule here, so say everything from the table alone.
+        kinds = list(Kind)
+        detail = ", ".join(f"rank {r}: {kinds[row[8]]} p={row[9]} C={row[10]}"
+                           f"{'' if row[11] < 0 else f' root={row[11]}'} #{row[7]:08x}" for r, row in enumerate(table))
+        raise InputError(f"run: ranks disagree on the schedule ({detail})")
+    bad = [_describe_error(schedule, r, row) for r, row in enumerate(table) if row[0] != _OK]
+    if bad:
+        raise InputError(f"{what}: invalid input: " + "; ".join(bad))
+    for field, name in ((6, "op"), (5, "dtype"), (2, "per-rank element count")):
+        values = [row[field] for row in table]
+        if len(set(values)) > 1:
+            if field == 6:
+                shown = [OP_NAMES[v] if 0 <= v < len(OP_NAMES) else str(v) for v in values]
+            elif field == 5:
+                shown = [_dtype_name(v).removeprefix("torch.") for v in values]
+            else:
+                shown = [str(v) for v in values]
+            detail = ", ".join(f"rank {r}: {v}" for r, v in enumerate(shown))
+            raise InputError(f"{what}: ranks disagree on the {name} ({detail})")
+    if schedule.collective.kind is Kind.BARRIER:
+        return
+    n = table[0][2]
+    for r, row in enumerate(table):
+        want_in, want_out = _expected_numel(schedule, r, n)
+        if (want_in and row[3] not in (want_in,)) or (want_out and row[4] != want_out):
+            raise InputError(f"{what}: rank {r}: sizes do not fit: tensor has {row[3]} elements, "
+                             f"output {row[4]}; with {n} elements per rank it needs {want_in} and {want_out}")
+
+
+# Tags at and above this carry the runner's own messages; transfer tags (transfer ids) stay below.
+_META_TAG = 1 << 30
+
+
+def check_own_row(schedule: Schedule, rank: int, row: list[int]) -> None:
+    """Without the exchange: this rank's own arguments only (its peers cannot know)."""
+    if row[0] != _OK:
+        raise InputError(f"run({schedule.name} {schedule.collective.describe()}): invalid input: "
+                         + _describe_error(schedule, rank, row))
+
+
+def exchange(row: list[int], group: Any, globals_: list[int], device: torch.device, rank: int, deadline: float,
+              what: str) -> list[list[int]]:
+    """Every rank's metadata row, by point-to-point messages so that a missing peer can be named.
+
+    ``globals_[r]`` is the global rank of group rank r."""
+    p = len(globals_)
+    mine = torch.tensor(row, dtype=torch.int64, device=device)
+    rows = torch.empty(p, len(row), dtype=torch.int64, device=device)
+    rows[rank] = mine
+    # Every rank posts its messages in one global order (message src -> dst, by src then dst), so
+    # both ends of a pair post them in the same order: nccl matches by order and ignores tags.
+    works: list[tuple[int, str, Any]] = []
+    for src in range(p):
+        if src == rank:
+            works += [(dst, "send to", dist.isend(mine, globals_[dst], group=group, tag=_META_TAG))
+                      for dst in range(p) if dst != rank]
+        else:
+            works.append((src, "receive from", dist.irecv(rows[src], globals_[src], group=group, tag=_META_TAG)))
+    for r, verb, work in works:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError("timed out")
+            work.wait(timedelta(seconds=left))
+        except Exception as e:
+            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            head = (f"rank {rank} (global rank {globals_[rank]}): {what}: before step 0, exchanging metadata: "
+                    f"{verb} peer rank {r} (global rank {globals_[r]})")
+            if "timed out" in text.lower() or isinstance(e, TimeoutError):
+                raise RunTimeout(f"{head} did not complete in time; is rank {r} running the same run()? "
+                                 f"({text})") from e
+            report_failure(globals_[rank], f"exchanging metadata: {verb} peer rank {r} (global rank {globals_[r]}) "
+                            f"failed ({text})")
+            raise RunError(f"{head} failed ({peer_report(globals_[r]) or text})") from e
+    return rows.tolist()

@@ -1,0 +1,290 @@
+"""The executors of a rank plan: host-side dataflow (gloo) and stream-ordered issue (nccl).
+
+Execution (gloo): a dataflow engine, see runners.plan. Sends and receives are
+posted with ``isend``/``irecv`` as their dependencies complete, each transfer
+on its own tag (gloo matches tags exactly), staged receives are posted ahead in
+program order, and the runner blocks on the earliest outstanding operation,
+then takes every other completed one. Execution (nccl): operations are issued
+step by step in program order, every dependency expressed as a stream wait
+(``Work.wait`` makes the current stream wait), so the host never blocks and
+each pair of ranks posts its messages in the same order (nccl ignores tags).
+The host returns once everything is enqueued on the current stream (a
+barrier synchronises it); ``timeout`` is then NCCL's watchdog's business
+(the process group's timeout), not the runner's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from heapq import heappush
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from algorithms.ir import Buf, Op
+from runners.buffers import Buffers
+from runners.errors import RunError, RunTimeout, peer_report, report_failure
+from runners.plan import Item, RankPlan, Role
+from runners.staging import STAGING, Carver
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    # Messages travel as bytes: every dtype then moves the same way on every backend.
+    return t.view(torch.uint8) if t.dtype is not torch.uint8 else t
+
+
+class Context:
+    """What an engine needs besides the plan: buffers, peers, op, deadline and error reporting."""
+
+    def __init__(self, plan: RankPlan, bufs: Buffers, group: Any, globals_: list[int],
+                 combine: Callable[[torch.Tensor, torch.Tensor], None], timeout: float, deadline: float) -> None:
+        self.plan = plan
+        self.bufs = bufs
+        self.group = group
+        self.globals = globals_  # global rank of each group rank
+        self.combine = combine
+        self.timeout = timeout
+        self.deadline = deadline
+
+    def src(self, it: Item) -> torch.Tensor:
+        t = it.transfer
+        return self.bufs.slot(t.src_buf, t.src_index, t.count)
+
+    def dst(self, it: Item) -> torch.Tensor:
+        t = it.transfer
+        return self.bufs.slot(t.dst_buf, t.dst_index, t.count)
+
+    def isend(self, it: Item) -> Any:
+        try:
+            return dist.isend(_bytes(self.src(it)), self.globals[it.peer], group=self.group, tag=it.tid)
+        except Exception as e:  # posting to a pair whose peer is gone fails at once
+            raise self.failure(it, e) from e
+
+    def irecv(self, it: Item, into: torch.Tensor) -> Any:
+        try:
+            return dist.irecv(_bytes(into), self.globals[it.peer], group=self.group, tag=it.tid)
+        except Exception as e:
+            raise self.failure(it, e) from e
+
+    def apply(self, it: Item, data: torch.Tensor) -> None:
+        if it.transfer.op is Op.REDUCE:
+            self.combine(self.dst(it), data)
+        else:
+            self.dst(it).copy_(data)
+
+    def local(self, it: Item) -> None:
+        """A local transfer whose source no same-step write can clobber: read and write at once."""
+        t = it.transfer
+        src = self.src(it)
+        if t.src_buf is t.dst_buf and abs(t.src_index - t.dst_index) < t.count:
+            src = src.clone()  # overlapping ranges of one buffer
+        self.apply(it, src)
+
+    def failure(self, it: Item, error: BaseException) -> RunError:
+        plan = self.plan
+        sched = plan.schedule
+        verb = "send to" if it.role is Role.SEND else "receive from"
+        peer = f"rank {it.peer} (global rank {self.globals[it.peer]})"
+        head = (f"rank {plan.rank} (global rank {self.globals[plan.rank]}): {sched.name} "
+                f"{sched.collective.describe()}: {it.describe()}: {verb} {peer}")
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        timeout_text = "timed out" in text.lower() or "timeout" in text.lower() or isinstance(error, TimeoutError)
+        # Only our own deadline makes a timeout: gloo also says "timeout" when a pair was closed because the
+        # peer's wait timed out ("Application timeout caused pair closure"), which is the peer failing.
+        if timeout_text and time.monotonic() >= self.deadline - 0.01:
+            return RunTimeout(f"{head} did not complete within {self.timeout:g} s; waiting on peer {peer} "
+                              f"({text})")
+        note = peer_report(self.globals[it.peer])
+        failure = f"{head} failed: peer {peer} ({note or text})"
+        report_failure(self.globals[plan.rank], f"{it.describe()}: {verb} peer {peer} failed ({text})")
+        return RunError(failure)
+
+    def wait(self, it: Item, work: Any) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self.failure(it, TimeoutError("timed out"))
+        try:
+            work.wait(timedelta(seconds=left))
+        except Exception as e:
+            raise self.failure(it, e) from e
+
+
+def execute_host(ctx: Context) -> None:
+    """Dataflow execution with host-side completion (gloo): see the module docstrings."""
+    ref = ctx.bufs.bufs[Buf.INPUT if Buf.INPUT in ctx.bufs.bufs else Buf.OUTPUT]
+    budget = ctx.plan.budget_chunks
+    unit = ctx.bufs.s * ref.element_size()
+    arena, shared = STAGING.borrow(budget * unit, ref.device)
+    ok = False
+    try:
+        _run_host(ctx, Carver(arena, unit, budget, ref.dtype))
+        ok = True
+    finally:
+        if shared:
+            # After a failure receives may still be posted into the buffer: it is not lent again.
+            STAGING.give_back(ref.device, keep=ok)
+
+
+def _run_host(ctx: Context, carver: Carver) -> None:
+    plan = ctx.plan
+    budget = plan.budget_chunks  # chunks of staged receives that may still be posted
+    items = plan.items
+    n = len(items)
+    deps_left = [len(it.deps) for it in items]
+    after_left = [len(it.after) for it in items]
+    arrived = [False] * n
+    works: dict[int, Any] = {}
+    heap: list[int] = []
+    held: dict[int, torch.Tensor] = {}  # staging buffers and local snapshots
+    slots: dict[int, int] = {}  # carver slot of each staged receive's buffer
+    staged = plan.staged_recvs
+    next_staged = 0
+    done = 0
+    # An explicit queue instead of recursion: chains of local transfers can be long.
+    todo: list[tuple[int, int]] = []  # (event, item): 0 deps satisfied, 1 try apply, 2 read, 3 complete
+    DEPS, APPLY, READ, COMPLETE = 0, 1, 2, 3
+
+    def post_staged() -> None:
+        nonlocal next_staged, budget
+        while next_staged < len(staged):
+            i = staged[next_staged]
+            count = items[i].transfer.count
+            if count > budget:
+                return
+            budget -= count
+            held[i], slots[i] = carver.take(count)
+            works[i] = ctx.irecv(items[i], held[i])
+            heappush(heap, i)
+            next_staged += 1
+
+    for i in range(n):
+        if deps_left[i] == 0:
+            todo.append((DEPS, i))
+    post_staged()
+    while done < n:
+        while todo:
+            ev, i = todo.pop()
+            it = items[i]
+            if ev == DEPS:
+                if it.role is Role.SEND:
+                    works[i] = ctx.isend(it)
+                    heappush(heap, i)
+                elif it.role is Role.RECV:
+                    if it.staged:
+                        todo.append((APPLY, i))
+                    else:
+                        works[i] = ctx.irecv(it, ctx.dst(it))
+                        heappush(heap, i)
+                elif it.staged:
+                    held[i] = ctx.src(it).clone()
+                    arrived[i] = True
+                    todo.append((APPLY, i))
+                    todo.append((READ, i))
+                else:
+                    ctx.local(it)
+                    todo.append((COMPLETE, i))
+                    todo.append((READ, i))
+            elif ev == APPLY:
+                if arrived[i] and deps_left[i] == 0 and after_left[i] == 0:
+                    data = held.pop(i)
+                    ctx.apply(it, data)
+                    if it.role is Role.RECV:
+                        carver.give(slots.pop(i), it.transfer.count)
+                        budget += it.transfer.count
+                        post_staged()
+                    todo.append((COMPLETE, i))
+            elif ev == READ:
+                for k in plan.readers_of[i]:
+                    after_left[k] -= 1
+                    if after_left[k] == 0:
+                        todo.append((APPLY, k))
+            else:
+                done += 1
+                for k in plan.dependents[i]:
+                    deps_left[k] -= 1
+                    if deps_left[k] == 0:
+                        todo.append((DEPS, k))
+        if done == n:
+            break
+        if not heap:
+            raise RunError(f"rank {plan.rank}: {plan.schedule.name}: internal error: {n - done} transfers "
+                           "cannot start (no operation outstanding)")
+        # Block on the earliest outstanding operation, then take every other completed one.
+        first = heap[0]
+        ctx.wait(items[first], works[first])
+        finished = [i for i, w in works.items() if i == first or w.is_completed()]
+        for i in finished:
+            w = works.pop(i)
+            if i != first:
+                ctx.wait(items[i], w)  # returns at once; raises a failed operation's error
+            it = items[i]
+            if it.role is Role.SEND:
+                todo.append((COMPLETE, i))
+                todo.append((READ, i))
+            elif it.staged:
+                arrived[i] = True
+                todo.append((APPLY, i))
+            else:
+                todo.append((COMPLETE, i))
+        # Filtering breaks the heap order, and waiting on anything but the earliest can deadlock.
+        heap = sorted(works)
+
+
+def execute_stream(ctx: Context) -> None:
+    """Stream-ordered execution (nccl): issue step by step in program order; waits are stream waits."""
+    plan = ctx.plan
+    items = plan.items
+    works: dict[int, Any] = {}
+    held: dict[int, torch.Tensor] = {}
+    s = ctx.bufs.s
+    ref = next(iter(ctx.bufs.bufs.values()))
+    i = 0
+    n = len(items)
+
+    def after(i: int) -> None:
+        # Stream-wait on every outstanding operation item i depends on (sends also for reads).
+        for d in (*items[i].deps, *items[i].after):
+            w = works.get(d)
+            if w is not None:
+                w.wait()
+
+    while i < n:
+        step = items[i].step
+        j = i
+        while j < n and items[j].step == step:
+            j += 1
+        # Starts: every read of the step happens before any write of the step.
+        applies: list[int] = []
+        for k in range(i, j):
+            it = items[k]
+            after_deps = it.deps
+            for d in after_deps:
+                w = works.get(d)
+                if w is not None:
+                    w.wait()
+            if it.role is Role.SEND:
+                works[k] = ctx.isend(it)
+            elif it.role is Role.RECV:
+                if it.staged:
+                    held[k] = torch.empty(it.transfer.count * s, dtype=ref.dtype, device=ref.device)
+                    works[k] = ctx.irecv(it, held[k])
+                    applies.append(k)
+                else:
+                    works[k] = ctx.irecv(it, ctx.dst(it))
+            elif it.staged:
+                held[k] = ctx.src(it).clone()
+                applies.append(k)
+            else:
+                ctx.local(it)
+        for k in applies:
+            after(k)
+            w = works.pop(k, None)
+            if w is not None:
+                w.wait()
+            ctx.apply(items[k], held.pop(k))
+        i = j
+    for w in works.values():
+        w.wait()
