@@ -22,9 +22,9 @@ It is also what a kind gets when no registered algorithm can serve it.
 
 Names given by the user are checked against the registry when the policy is
 made, so a typo is a ``PolicyError`` at ``init_process_group``, not a failure
-at the first collective. Sizes follow nccl-tests (DESIGN.md): the buffer for
-allreduce, broadcast and reduce; the output for allgather and gather; the
-input for reducescatter, scatter and alltoall.
+at the first collective. Sizes follow nccl-tests (docs/design.md, "Sizes and
+bandwidths"): the buffer for allreduce, broadcast and reduce; the output for
+allgather and gather; the input for reducescatter, scatter and alltoall.
 
 This module does not import torch.
 """

@@ -1,4 +1,4 @@
-"""The IR: buffer sizes per DESIGN.md's table, validation that names the field, immutability."""
+"""The IR: buffer sizes per docs/design.md's buffer table, validation that names the field, immutability."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from algorithms import Buf, Collective, Kind, Op, Schedule, ScheduleBuilder, ScheduleError, Step, Transfer
 from algorithms.errors import CollschedError
 
-# (kind, root) -> (input chunks, output chunks) for p = 4, C = 3, from DESIGN.md's table.
+# (kind, root) -> (input chunks, output chunks) for p = 4, C = 3, from docs/design.md's table.
 P, C = 4, 3
 TABLE = {
     Kind.ALLREDUCE: ((C, C), (C, C)),
