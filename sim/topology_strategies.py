@@ -10,6 +10,10 @@
         topology = data.draw(topologies(8))
         assert simulate(schedule, topology, 2**20).ok
 
+``placements(topology)`` draws rank placements (``sim.placement.place``),
+shrinking towards the identity, to check that a result holds wherever the
+ranks sit on a structured network (torus, fat tree, cluster).
+
 Every topology drawn is strongly connected: a random cycle through all
 nodes (one way, or both) joins them, and random extra links, bandwidths
 and latencies do the rest. Failures shrink towards fewer switches, fewer
@@ -23,7 +27,7 @@ from hypothesis import strategies as st
 
 from sim.topology import Node, Topology, TopologyError
 
-__all__ = ["topologies"]
+__all__ = ["placements", "topologies"]
 
 
 @st.composite
@@ -63,3 +67,10 @@ def topologies(ranks: int, *, max_switches: int = 3, min_bandwidth: float = 1e6,
     if not 0 <= max_latency < float("inf"):
         raise TopologyError(f"max_latency must be a finite number >= 0, got {max_latency!r}")
     return _topologies(ranks, max_switches, min_bandwidth, max_bandwidth, max_latency)
+
+
+def placements(topology: Topology) -> st.SearchStrategy[tuple[int, ...]]:
+    """Permutations of the topology's ranks: entry r is the node rank r runs on (``sim.placement.place``)."""
+    if not isinstance(topology, Topology):
+        raise TopologyError(f"placements needs a Topology, got {type(topology).__name__}")
+    return st.permutations(range(topology.ranks)).map(tuple)

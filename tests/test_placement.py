@@ -16,7 +16,7 @@ from sim import topology as T
 from sim.engine import simulate
 from sim.placement import FORMAT, place, placement, snake_order, stretched_pairs
 from sim.topology import Topology, TopologyError
-from sim.topology_strategies import topologies
+from sim.topology_strategies import placements, topologies
 
 
 def _hops(topo: Topology, a: int, b: int) -> int:
@@ -184,7 +184,8 @@ _SHAPES = [T.torus(3, 4), T.fat_tree(4), T.cluster(2, 3), T.unidirectional_ring(
 def test_place_keeps_every_route_length_under_the_inverse_mapping(data: st.DataObject) -> None:
     topo = data.draw(st.one_of(st.sampled_from(_SHAPES), st.integers(2, 7).flatmap(topologies)))
     p = topo.ranks
-    mapping = data.draw(st.permutations(range(p)))
+    mapping = data.draw(placements(topo))
+    assert sorted(mapping) == list(range(p))
     placed = place(topo, mapping)
     for a in range(p):
         for b in range(p):
@@ -194,6 +195,11 @@ def test_place_keeps_every_route_length_under_the_inverse_mapping(data: st.DataO
     schedule = allreduce.ring(p)
     result = simulate(schedule, placed, 2**20)
     assert result.ok, result.violations
+
+
+def test_placements_strategy_wants_a_topology() -> None:
+    with pytest.raises(TopologyError, match="placements needs a Topology, got int"):
+        placements(4)  # type: ignore[arg-type]
 
 
 # -- stretched_pairs' idea of one hop ------------------------------------------------------

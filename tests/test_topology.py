@@ -360,3 +360,25 @@ def test_topology_strategy_rejects_bad_bounds() -> None:
         topologies(0)
     with pytest.raises(TopologyError, match="min_bandwidth"):
         topologies(2, min_bandwidth=0.0)
+
+
+# -- the split: sim.topology still offers everything ----------------------------------------
+
+# Every public name sim.topology offered before it was split into topology_graph, topology_builders
+# and topology_io, written out here so that a name dropped from the re-exports fails this test.
+_PUBLIC_BEFORE_THE_SPLIT = (
+    "DEFAULT_BANDWIDTH DEFAULT_LATENCY FORMAT MAX_FILE_BYTES MAX_SPEC_RANKS NIC_BANDWIDTH NIC_LATENCY "
+    "NVLINK_BANDWIDTH NVLINK_LATENCY SPEC_FORMS Link Node RouteLinks Topology TopologyError cluster dgx_h100 "
+    "dumps fat_tree from_dict from_spec fully_connected load loads ring save single_switch to_dict torus "
+    "unidirectional_ring"
+).split()
+
+
+def test_sim_topology_re_exports_every_name_of_its_parts() -> None:
+    from sim import topology_builders, topology_graph, topology_io
+
+    assert sorted(T.__all__) == sorted(_PUBLIC_BEFORE_THE_SPLIT)
+    for name in _PUBLIC_BEFORE_THE_SPLIT:
+        homes = [m for m in (topology_graph, topology_builders, topology_io) if name in m.__all__]
+        assert len(homes) == 1, name
+        assert getattr(T, name) is getattr(homes[0], name), name
