@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CollschedError", "ScheduleError", "RegistryError"]
+__all__ = ["CollschedError", "ScheduleError", "RegistryError", "UsageError"]
 
 
 class CollschedError(Exception):
@@ -15,3 +15,7 @@ class ScheduleError(CollschedError, ValueError):
 
 class RegistryError(CollschedError, LookupError):
     """An algorithm is unknown, or cannot serve the requested collective."""
+
+
+class UsageError(CollschedError):
+    """Command-line arguments that do not fit together, or a quantity that cannot be read."""

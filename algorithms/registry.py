@@ -4,20 +4,38 @@ Each entry names its collective kind and algorithm, the constraints it places
 on the world size, its parameters (``chunks`` always, others such as a group
 size), and its closed-form α-β-γ cost. Builders take ``(ranks, *, chunks,
 root, **params)`` and return a validated ``Schedule``.
+
+User algorithms live in the user's own modules, registered with
+``@register`` when the module is imported. The registry imports them itself,
+once, the first time it is queried (``get``, ``algorithms``, ``kinds``):
+
+- every entry point of the group ``collsched.algorithms`` of every installed
+  distribution (its value a module, or ``module:function`` to call);
+- every module named in the environment variable ``COLLSCHED_IMPORT``
+  (``mod1,mod2``), which spawned ranks and the torch backend inherit.
+
+``import_modules`` is what the command line's ``--import`` calls. A module
+that cannot be imported is a ``RegistryError`` naming it.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator, Mapping
+import importlib
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from algorithms.errors import RegistryError
+from algorithms.errors import CollschedError, RegistryError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 
-__all__ = ["Algorithm", "Cost", "Parameter", "register", "get", "algorithms", "build", "kinds"]
+__all__ = ["Algorithm", "Cost", "Parameter", "register", "get", "algorithms", "build", "kinds", "import_modules",
+           "load_plugins", "ENTRY_POINT_GROUP", "ENV_IMPORT"]
+
+ENTRY_POINT_GROUP = "collsched.algorithms"
+ENV_IMPORT = "COLLSCHED_IMPORT"
 
 Builder = Callable[..., Schedule]
 
@@ -165,6 +183,59 @@ def register(
     return wrap
 
 
+def import_modules(names: Iterable[str], *, where: str = "--import") -> None:
+    """Import each module (so that its ``@register`` decorators run); ``RegistryError`` naming one that fails."""
+    for name in names:
+        name = name.strip()
+        if not name:
+            continue
+        try:
+            importlib.import_module(name)
+        except CollschedError:
+            raise
+        except Exception as e:  # an ImportError, or whatever the module raised while running
+            raise RegistryError(f"{where}: cannot import module {name!r}: {type(e).__name__}: {e}") from None
+
+
+def env_modules() -> list[str]:
+    """The module names in ``COLLSCHED_IMPORT`` (comma-separated; blanks ignored)."""
+    return [m.strip() for m in os.environ.get(ENV_IMPORT, "").split(",") if m.strip()]
+
+
+_plugins_loaded = False
+_plugin_error: RegistryError | None = None
+
+
+def load_plugins() -> None:
+    """Import the ``collsched.algorithms`` entry points and ``COLLSCHED_IMPORT`` modules, once.
+
+    Called by every query; a failure is raised again by every later query.
+    """
+    global _plugins_loaded, _plugin_error
+    if _plugin_error is not None:
+        raise _plugin_error
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True  # first: a plugin that queries the registry while importing must not recurse
+    from importlib.metadata import entry_points
+
+    try:
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP})"
+            try:
+                loaded = ep.load()
+                if ep.attr is not None:
+                    loaded()
+            except CollschedError as e:
+                raise RegistryError(f"{where}: {e}") from None
+            except Exception as e:
+                raise RegistryError(f"{where}: cannot load: {type(e).__name__}: {e}") from None
+        import_modules(env_modules(), where=ENV_IMPORT)
+    except RegistryError as e:
+        _plugin_error = e
+        raise
+
+
 def _kind(kind: Kind | str) -> Kind:
     try:
         return Kind(kind)
@@ -174,18 +245,21 @@ def _kind(kind: Kind | str) -> Kind:
 
 def get(kind: Kind | str, name: str) -> Algorithm:
     """The registered algorithm, or a RegistryError listing the ones that exist for that kind."""
+    load_plugins()
     k = _kind(kind)
     try:
         return _REGISTRY[(k, name)]
     except KeyError:
         names = sorted(n for (kk, n) in _REGISTRY if kk is k)
         raise RegistryError(
-            f"unknown algorithm {name!r} for {k} (known: {', '.join(names) or 'none'})"
+            f"unknown algorithm {name!r} for {k} (known: {', '.join(names) or 'none'}; "
+            f"an algorithm of your own: --import MODULE or {ENV_IMPORT}=MODULE)"
         ) from None
 
 
 def algorithms(kind: Kind | str | None = None) -> Iterator[Algorithm]:
     """Every registered algorithm, optionally of one kind, sorted by kind order then name."""
+    load_plugins()
     order = {k: i for i, k in enumerate(Kind)}
     k = None if kind is None else _kind(kind)
     for key in sorted(_REGISTRY, key=lambda kn: (order[kn[0]], kn[1])):
@@ -195,6 +269,7 @@ def algorithms(kind: Kind | str | None = None) -> Iterator[Algorithm]:
 
 def kinds() -> list[Kind]:
     """The kinds that have at least one algorithm."""
+    load_plugins()
     return sorted({k for k, _ in _REGISTRY}, key=list(Kind).index)
 
 

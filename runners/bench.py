@@ -4,16 +4,30 @@
         [--iters 20] [--warmup 5] [--dtype float32] [--chunks k] [--json]
     collsched bench --nproc N --collective K --algorithm A --sizes 1KiB:64MiB ...   (spawns N local processes)
 
+Before any rank starts, the parent builds the schedule and verifies it
+symbolically: a bad name or parameter is exit 2, an incorrect schedule exit
+1 with the verifier's report, and no process is spawned for either.
+
 For each size the schedule and torch's collective each run ``warmup`` times,
 then ``iters`` timed times; an iteration's time is the slowest rank's, and
 the table shows the median; the two alternate iteration by iteration so that
-both see the same machine load. Sizes follow nccl-tests (DESIGN.md): the buffer
-of allreduce, broadcast and reduce, the output of allgather and gather, the
-input of reducescatter, scatter and alltoall. algbw = size / time; busbw =
-algbw x factor (allreduce 2(p-1)/p; allgather, reducescatter, alltoall,
-scatter, gather (p-1)/p; broadcast, reduce 1). ``#wrong`` counts elements,
-summed over ranks, that differ from the exact expected result on known data
-(small integers, exact in every dtype). ``ratio`` is schedule busbw / torch busbw.
+both see the same machine load. Sizes follow nccl-tests (docs/design.md,
+``sim.units.sized_buffer``): the buffer of allreduce, broadcast and reduce,
+the output of allgather and gather, the input of reducescatter, scatter and
+alltoall. algbw = size / time; busbw = algbw x factor (allreduce 2(p-1)/p;
+allgather, reducescatter, alltoall, scatter, gather (p-1)/p; broadcast,
+reduce 1). ``ratio`` is schedule busbw / torch busbw.
+
+``#wrong`` (per side, one column each): before timing, each side runs once
+on known data (integers from -3 to 3, so every result is a small integer,
+exact in every dtype up to 42 ranks); #wrong is the number of result elements, summed over the
+ranks that receive a result (only the root for reduce and gather), that are
+not exactly equal (no tolerance) to the expected result computed
+independently from those inputs. The torch column checks torch's own
+collective the same way. Timing then runs on zeros.
+
+Exit status: 0 when the schedule's #wrong is 0 at every size, 1 when it is
+not (or the schedule fails verification), 2 for bad input.
 """
 
 from __future__ import annotations
@@ -26,27 +40,27 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from algorithms import registry
 from algorithms.errors import CollschedError
 from algorithms.ir import Kind, Schedule
+from sim import units
 
-__all__ = ["add_parser", "bus_factor", "main", "parse_sizes", "table"]
+__all__ = ["WRONG", "add_parser", "bus_factor", "main", "parse_sizes", "table"]
+
+WRONG = """#wrong: elements of the result, summed over the ranks that receive one, not exactly equal to the
+expected result on known small-integer data (exact in every dtype, no tolerance); the schedule and torch's
+own collective are each checked this way, once per size, before timing."""
 
 class BenchError(CollschedError, ValueError):
     """Benchmark options that cannot work (a count out of range, an unknown dtype)."""
 
 
 def parse_sizes(text: str) -> list[int]:
-    """Whole bytes of ``A:B`` (doubling), ``A:B:F`` or ``A,B,C`` (runners.units.parse_sizes)."""
-    from runners.units import parse_sizes as parse
-
-    return [int(s) for s in parse(text)]
+    """Whole bytes of ``A:B`` (doubling), ``A:B:F`` or ``A,B,C`` (sim.units.parse_sizes)."""
+    return [int(s) for s in units.parse_sizes(text)]
 
 
-def bus_factor(kind: Kind, p: int) -> float:
-    """nccl-tests' bus bandwidth factor for ``kind`` on ``p`` ranks: the simulator's, so both report alike."""
-    from sim.engine import busbw_factor  # imported here: the CLI builds its parser without numpy
-
-    return busbw_factor(kind, p)
+bus_factor = units.bus_factor
 
 
 # ---------------------------------------------------------------- the measured side (torch imported lazily)
@@ -154,11 +168,7 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
 
     from runners.runner import run
 
-    try:
-        tdtype = getattr(torch, dtype)
-        assert isinstance(tdtype, torch.dtype)
-    except (AttributeError, AssertionError):
-        raise BenchError(f"--dtype: unknown dtype {dtype!r}") from None
+    tdtype = _dtype(dtype)
     coll = schedule.collective
     kind, p, root = coll.kind, coll.ranks, coll.root
     rank = dist.get_rank()
@@ -170,10 +180,10 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
             torch.cuda.synchronize()
 
     elsize = torch.empty(0, dtype=tdtype).element_size()
-    wide = kind not in (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER)
+    wide = units.sized_buffer(kind) != "buffer"
     rows = []
     for size in sizes if kind is not Kind.BARRIER else sizes[:1]:
-        n = size // elsize // (p if wide else 1)
+        n = units.count_per_rank(kind, size, p, elsize)
         x, out, expected = _buffers(kind, p, rank, root, n, tdtype)
         x, out = (None if t is None else t.to(device) for t in (x, out))
         expected = None if expected is None else expected.to(device)
@@ -211,6 +221,59 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
     return rows
 
 
+def max_difference(schedule: Schedule, size: int, *, dtype: str = "float32", seed: int = 0,
+                   timeout: float | None = None) -> float:
+    """The largest |schedule's result - torch's result| over every rank and element, on random normal data.
+
+    Run on the current process group; every rank gets the same value. For
+    float dtypes the two sum in different orders, so a small difference is
+    expected; 0.0 means bitwise-identical results.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from runners.runner import run
+
+    tdtype = _dtype(dtype)
+    coll = schedule.collective
+    kind, p, root = coll.kind, coll.ranks, coll.root
+    rank = dist.get_rank()
+    cuda = "nccl" in str(dist.get_backend())
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    n = units.count_per_rank(kind, size, p, torch.empty(0, dtype=tdtype).element_size())
+    x, out, _ = _buffers(kind, p, rank, root, n, tdtype)
+    gen = torch.Generator().manual_seed(seed * 1000 + rank)
+    if x is not None:
+        x = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(tdtype).to(device)
+    out = None if out is None else out.to(device)
+    results = []
+    for side in ("schedule", "native"):
+        xi = None if x is None else x.clone()
+        oi = None if out is None else out.zero_().clone()
+        if side == "schedule":
+            run(schedule, xi, oi, timeout=timeout)
+        else:
+            _native(kind, p, rank, root, xi, oi)()
+        results.append(xi if coll.in_place else oi)
+    a, b = results
+    diff = 0.0
+    receives = kind not in (Kind.REDUCE, Kind.GATHER) or rank == root  # only the root receives those results
+    if a is not None and b is not None and a.numel() > 0 and kind is not Kind.BARRIER and receives:
+        diff = float((a.double() - b.double()).abs().max())
+    t = torch.tensor([diff], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t[0])
+
+
+def _dtype(dtype: str) -> Any:
+    import torch
+
+    tdtype = getattr(torch, dtype, None)
+    if not isinstance(tdtype, torch.dtype):
+        raise BenchError(f"--dtype: unknown dtype {dtype!r}")
+    return tdtype
+
+
 def table(rows: Sequence[dict[str, Any]]) -> str:
     """The nccl-tests-style table of ``measure``'s rows."""
     if not rows:
@@ -236,7 +299,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
-    from runners.cli import add_schedule_args
+    from sim.cli import add_common_args, add_schedule_args
 
     add_schedule_args(parser, ranks=False)
     parser.add_argument("--sizes", "-s", default="1KiB:64MiB", help="MIN:MAX[:FACTOR] or a list A,B,C "
@@ -247,7 +310,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a run gives up")
     parser.add_argument("--no-check", dest="check", action="store_false",
                         help="time runs without the cross-rank argument check (run(check=False))")
-    parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
+    add_common_args(parser, json_help='print {"ok", "rows": [...]} instead of the table; ok: #wrong is 0 '
+                                      'everywhere')
 
 
 def _check_counts(args: argparse.Namespace) -> None:
@@ -256,39 +320,66 @@ def _check_counts(args: argparse.Namespace) -> None:
     parse_sizes(args.sizes)
 
 
-def _worker(rank: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    import torch.distributed as dist
+def _checked_schedule(args: argparse.Namespace, ranks: int) -> tuple[Schedule, Any]:
+    """The schedule the options name for ``ranks`` ranks, and the verifier's report on it."""
+    from sim.cli import schedule_from_args
+    from sim.verify import verify
 
-    from runners.cli import schedule_from_args
+    registry.import_modules(args.imports)
+    schedule = schedule_from_args(args, ranks=ranks)
+    if schedule.collective.ranks != ranks:
+        raise BenchError(f"the schedule has {schedule.collective.ranks} ranks, the job {ranks}")
+    return schedule, verify(schedule)
 
-    schedule = schedule_from_args(args, ranks=dist.get_world_size())
+
+def _refuse(report: Any, as_json: bool, prog: str) -> int:
+    """Print why an incorrect schedule is not benchmarked; exit status 1."""
+    if as_json:
+        print(json.dumps({"ok": False, "error": f"the schedule is incorrect: {len(report.violations)} violation(s)",
+                          "verify": report.to_dict()}))
+    else:
+        print(report)
+        print(f"{prog}: the schedule is incorrect; not benchmarked", file=sys.stderr)
+    return 1
+
+
+def _worker(rank: int, schedule: Schedule, args: argparse.Namespace) -> list[dict[str, Any]]:
     return measure(schedule, parse_sizes(args.sizes), dtype=args.dtype, iters=args.iters, warmup=args.warmup,
                    timeout=args.timeout, check=args.check)
 
 
-def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
-    print(json.dumps(rows, indent=1) if as_json else table(rows))
+def _print(rows: list[dict[str, Any]], as_json: bool) -> int:
+    ok = all(r["wrong"] == 0 for r in rows)
+    print(json.dumps({"ok": ok, "rows": rows}, indent=1) if as_json else table(rows))
+    return 0 if ok else 1
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    import os
+
     from runners.launch import SpawnError, spawn
 
     _check_counts(args)
     if args.nproc < 1:
         raise BenchError(f"--nproc must be >= 1, got {args.nproc}")
+    schedule, report = _checked_schedule(args, args.nproc)
+    if not report.ok:
+        return _refuse(report, args.json, "collsched bench")
+    if args.imports:  # the ranks inherit the environment: they import the user's modules too
+        os.environ[registry.ENV_IMPORT] = ",".join([*registry.env_modules(), *args.imports])
     try:
-        results = spawn(_worker, args.nproc, args, backend=args.backend, timeout=args.job_timeout)
+        results = spawn(_worker, args.nproc, schedule, args, backend=args.backend, timeout=args.job_timeout)
     except SpawnError as e:
         first = next(o for o in e.outcomes if not o.ok)
         text = (first.error or "").splitlines()[0] if first.error else str(e)
         raise BenchError(f"rank {first.rank}: {text}") from None
-    _print(results[0], args.json)
-    return 0
+    return _print(results[0], args.json)
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``collsched bench``."""
-    p = subparsers.add_parser("bench", help="time a schedule against torch's native collective on local processes")
+    p = subparsers.add_parser("bench", help="time a schedule against torch's native collective on local processes",
+                              description=__doc__.splitlines()[0] + " " + WRONG)
     p.add_argument("--nproc", "-N", type=int, required=True, help="number of local processes (ranks)")
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"], help="process-group backend (default gloo)")
     p.add_argument("--job-timeout", type=float, default=3600.0, help="seconds before the whole job is killed")
@@ -297,28 +388,36 @@ def add_parser(subparsers: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point under torchrun: every rank measures, rank 0 prints."""
-    parser = argparse.ArgumentParser(prog="python -m runners.bench", description=__doc__.splitlines()[0])
+    """Entry point under torchrun: the schedule is built and verified before the process group; every rank
+    measures, rank 0 prints."""
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m runners.bench", description=__doc__.splitlines()[0] + " " + WRONG)
     parser.add_argument("--backend", default=None, help="gloo or nccl (default: nccl when CUDA is available)")
     _add_options(parser)
     args = parser.parse_args(argv)
+    prog = "runners.bench"
     try:
         _check_counts(args)
         from runners.launch import init
 
+        world = os.environ.get("WORLD_SIZE", "")
+        if not world.isdigit():
+            init(args.backend)  # raises the "not under torchrun" error
+        schedule, report = _checked_schedule(args, int(world))
+        if not report.ok:
+            return _refuse(report, args.json, prog) if os.environ.get("RANK", "0") == "0" else 1
         init(args.backend)
     except CollschedError as e:
-        print(f"runners.bench: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     import torch.distributed as dist
 
     try:
-        rows = _worker(dist.get_rank(), args)
-        if dist.get_rank() == 0:
-            _print(rows, args.json)
-        return 0
+        rows = _worker(dist.get_rank(), schedule, args)
+        return _print(rows, args.json) if dist.get_rank() == 0 else 0
     except CollschedError as e:
-        print(f"runners.bench: rank {dist.get_rank()}: error: {e}", file=sys.stderr)
+        print(f"{prog}: rank {dist.get_rank()}: error: {e}", file=sys.stderr)
         return 2
     finally:
         dist.destroy_process_group()

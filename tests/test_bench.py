@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from algorithms import build, fileformat
 from algorithms.errors import CollschedError
 from algorithms.ir import Kind
+from runners import launch
 from runners.bench import bus_factor, parse_sizes, table
 from runners.cli import main
 
@@ -45,7 +47,9 @@ def test_collsched_bench_json_on_two_ranks(capsys: pytest.CaptureFixture[str]) -
     code = main(["bench", "--nproc", "2", "-c", "reducescatter", "-a", "ring", "--sizes", "1KiB,64KiB",
                  "--iters", "2", "--warmup", "1", "--json", "--dtype", "int32"])
     assert code == 0
-    rows = json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is True
+    rows = doc["rows"]
     assert [r["size"] for r in rows] == [1024, 65536]
     for r in rows:
         assert r["count"] == r["size"] // 4 and r["type"] == "int32" and r["ranks"] == 2
@@ -55,12 +59,39 @@ def test_collsched_bench_json_on_two_ranks(capsys: pytest.CaptureFixture[str]) -
     assert "#wrong" in table(rows) and "ratio" in table(rows)
 
 
-def test_collsched_bench_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_collsched_bench_usage_errors_exit_2(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_spawn(*args: object, **kwargs: object) -> None:
+        raise AssertionError("bench spawned ranks for a command that cannot work")
+
+    monkeypatch.setattr(launch, "spawn", no_spawn)
     assert main(["bench", "--nproc", "2", "-c", "allreduce", "-a", "ring", "--sizes", "1XiB"]) == 2
     assert "--sizes" in capsys.readouterr().err
     assert main(["bench", "--nproc", "2", "-c", "allreduce", "-a", "nosuch", "--sizes", "1KiB",
                  "--iters", "1"]) == 2
     assert "nosuch" in capsys.readouterr().err
+    assert main(["bench", "--nproc", "2", "-c", "allreduce", "-a", "ring", "--param", "group=2"]) == 2
+    assert "unknown parameter 'group'" in capsys.readouterr().err
+    assert main(["bench", "--nproc", "2", "-c", "allreduce", "-a", "ring", "--import", "no_such_module_x"]) == 2
+    assert "--import: cannot import module 'no_such_module_x'" in capsys.readouterr().err
+
+
+def test_bench_refuses_an_incorrect_schedule_without_spawning(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    def no_spawn(*args: object, **kwargs: object) -> None:
+        raise AssertionError("bench spawned ranks for an incorrect schedule")
+
+    monkeypatch.setattr(launch, "spawn", no_spawn)
+    doc = fileformat.to_dict(build("allreduce", "ring", 2))
+    doc["steps"] = doc["steps"][:-1]  # the last step of the ring's allgather phase is gone
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(doc))
+    assert main(["bench", "--nproc", "2", "--file", str(path), "--sizes", "1KiB", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and "incorrect" in out["error"] and out["verify"]["violations"]
+    assert main(["bench", "--nproc", "3", "--file", str(path), "--sizes", "1KiB"]) == 2
+    assert "the schedule has 2 ranks, the job 3" in capsys.readouterr().err
 
 
 @pytest.mark.multiprocess
@@ -72,5 +103,5 @@ def test_runners_bench_under_torchrun() -> None:
     done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = json.loads(done.stdout)
+    rows = json.loads(done.stdout)["rows"]
     assert len(rows) == 1 and rows[0]["ranks"] == 2 and rows[0]["wrong"] == 0 and rows[0]["size"] == 4096

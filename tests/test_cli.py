@@ -26,7 +26,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_list_json_names_every_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "list", "--json")
-    rows = json.loads(out)
+    rows = json.loads(out)["algorithms"]
     assert code == 0
     assert {(r["collective"], r["algorithm"]) for r in rows} == {(a.kind.value, a.name) for a in registry.algorithms()}
     assert all({"collective", "algorithm", "constraints", "parameters"} <= r.keys() for r in rows)

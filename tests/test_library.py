@@ -255,7 +255,7 @@ def _cli(*argv: str) -> tuple[int, str]:
 
 def test_list_shows_every_algorithm_with_its_cost() -> None:
     code, out = _cli("list", "--json")
-    rows = {(r["collective"], r["algorithm"]): r for r in json.loads(out)}
+    rows = {(r["collective"], r["algorithm"]): r for r in json.loads(out)["algorithms"]}
     assert code == 0 and set(rows) == set(ALGORITHMS)
     assert all(r["cost"] for r in rows.values())
     assert "group" in rows[("allreduce", "hierarchical")]["parameters"]

@@ -11,8 +11,8 @@ import pytest
 
 from algorithms import fileformat, registry
 from runners.cli import main
-from runners.simulate import parse_bandwidth, parse_duration, parse_size, parse_sizes
 from sim import topology as T
+from sim.units import parse_bandwidth, parse_duration, parse_size, parse_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,8 +123,9 @@ def test_faults_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> Non
     code, out, _ = run(capsys, *base, "--degrade", "0-1=0.5")
     assert code == 0
     assert json.loads(out)["time_s"] == pytest.approx(6 * 2 * 2**20 / 1e9, rel=1e-9)
-    code, _, err = run(capsys, *base, "--link-down", "0-1")
-    assert code == 2 and err.count("\n") == 1 and "rank 1 is unreachable" in err
+    code, out, err = run(capsys, *base, "--link-down", "0-1")  # --json: the error is the JSON answer
+    doc = json.loads(out)
+    assert code == 2 and err == "" and doc["ok"] is False and "rank 1 is unreachable" in doc["error"]
 
 
 def test_a_broken_schedule_file_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

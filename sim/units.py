@@ -1,9 +1,15 @@
-"""Quantities on the command line: sizes, bandwidths, durations and size sweeps.
+"""Quantities on the command line (sizes, bandwidths, durations, size sweeps) and nccl-tests' size rules.
 
 Sizes take binary units as nccl-tests does (``256MiB``, ``1KiB``, plain
 bytes); bandwidths take decimal units as nccl-tests reports them
 (``50GB/s``; a plain number is bytes/s); durations ``1us``, ``2.5ms`` (a
 plain number is seconds). Errors are ``UsageError`` naming the option.
+
+nccl-tests' size rules, shared by the simulator, ``collsched bench`` and the
+backend's policy: a collective's size is the bytes of its buffer for
+allreduce, broadcast and reduce, of its output for allgather and gather, and
+of its input for reducescatter, scatter and alltoall (``sized_buffer``);
+busbw = algbw x ``bus_factor``. This module imports no torch, numpy or simpy.
 """
 
 from __future__ import annotations
@@ -11,9 +17,11 @@ from __future__ import annotations
 import math
 import re
 
-from runners.cli import UsageError
+from algorithms.errors import UsageError
+from algorithms.ir import Kind
 
-__all__ = ["parse_bandwidth", "parse_duration", "parse_size", "parse_sizes"]
+__all__ = ["bus_factor", "count_per_rank", "parse_bandwidth", "parse_duration", "parse_size", "parse_sizes",
+           "sized_buffer"]
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
@@ -79,3 +87,26 @@ def parse_sizes(text: str) -> list[float]:
     if len(sizes) > 200:
         raise UsageError(f"--sizes: {len(sizes)} sizes is too many (at most 200)")
     return sizes
+
+
+def sized_buffer(kind: Kind) -> str:
+    """Which buffer a size measures (nccl-tests): "buffer" (in place), "output" or "input"."""
+    if kind in (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.BARRIER):
+        return "buffer"
+    if kind in (Kind.ALLGATHER, Kind.GATHER):
+        return "output"
+    return "input"
+
+
+def count_per_rank(kind: Kind, size: int, p: int, element_size: int) -> int:
+    """Elements of one rank's piece for a ``size``-byte collective: the whole buffer for allreduce,
+    broadcast and reduce, a 1/p share of the sized output or input for the others."""
+    n = size // element_size
+    return n if sized_buffer(kind) == "buffer" else n // p
+
+
+def bus_factor(kind: Kind, p: int) -> float:
+    """nccl-tests' bus-bandwidth factor (busbw = algbw x factor): the simulator's, so all report alike."""
+    from sim.engine import busbw_factor  # here, not at the top: the CLI builds its parser without numpy
+
+    return busbw_factor(kind, p)

@@ -1,36 +1,190 @@
-"""``collsched simulate`` and ``collsched sweep``: predict a schedule's time on a network.
+"""The torch-free half of the ``collsched`` command line: list, verify, export, simulate, sweep.
 
+    collsched list [--json]
+    collsched verify --collective K --algorithm A --ranks P [--chunks k] [--root R] [--json]
+    collsched verify --file F [--json]
+    collsched export --collective K --algorithm A --ranks P [--chunks k] [--root R] -o F [--json]
     collsched simulate --collective K --algorithm A --topology SPEC --size 256MiB [--chunks C]
                        [--mode dataflow|lockstep] [--bandwidth 50GB/s] [--latency 1us]
                        [--trace F.json] [--plot F.png] [--json]
-    collsched sweep --collective K --topology SPEC --sizes 1KiB:1GiB [--plot F.png] [--json]
+    collsched sweep --collective K --topology SPEC --sizes 1KiB:1GiB [--file F ...] [--plot F.png] [--json]
+
+Every subcommand takes ``--import MODULE`` (repeatable; also the environment
+variable ``COLLSCHED_IMPORT=mod1,mod2``): the modules are imported before the
+command runs, so algorithms they register with ``@register`` can be named
+with ``--algorithm``. Installed packages register through the entry-point
+group ``collsched.algorithms`` (see ``algorithms.registry``).
 
 Units: sizes take B, KiB, MiB, GiB (K, M, G are binary too, as in nccl-tests)
 or plain bytes; bandwidths B/s, KB/s, MB/s, GB/s (decimal, as in nccl-tests)
-or plain bytes/s; times s, ms, us, ns or plain seconds. Exit status: 0 when
-every run met its postcondition, 1 when one did not, 2 for bad input.
+or plain bytes/s; times s, ms, us, ns or plain seconds.
+
+Exit status: 0 success (verify, simulate, sweep: every schedule met its
+postcondition), 1 a schedule is incorrect, 2 usage or input error (one line
+on stderr, no traceback). With ``--json`` a command prints exactly one JSON
+object on stdout, errors included: ``{"ok": false, "error": "..."}``.
+
+The torch commands (``bench``, ``demo``) live in ``runners`` and are added by
+``runners.cli``, the installed entry point; building the parser imports no
+torch, numpy, simpy or networkx.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import re
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
-from algorithms import registry
+from algorithms import fileformat, registry
+from algorithms.errors import CollschedError, UsageError
 from algorithms.ir import Kind, Schedule
-from runners.cli import UsageError, add_schedule_args, schedule_from_args
-from runners.units import parse_bandwidth, parse_duration, parse_size, parse_sizes
+from sim.units import parse_bandwidth, parse_duration, parse_size, parse_sizes
 
-__all__ = ["add_parser", "parse_bandwidth", "parse_duration", "parse_size", "parse_sizes"]
+__all__ = ["add_common_args", "add_schedule_args", "build_parser", "main", "schedule_from_args"]
 
 # Same text as sim.topology.SPEC_FORMS, repeated so that building the parser imports no networkx.
 _SPEC_FORMS = "ring:P, uring:P, full:P, switch:P, torus:RxC, fattree:K, cluster:NxG, dgx-h100:N, or a topology file"
+
+
+class ParseError(Exception):
+    """argparse found the command line malformed (raised instead of exiting, so --json can answer)."""
+
+    def __init__(self, prog: str, usage: str, message: str) -> None:
+        super().__init__(message)
+        self.prog, self.usage, self.message = prog, usage, message
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors raise ``ParseError`` instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ParseError(self.prog, self.format_usage(), message)
+
+
+def add_common_args(parser: argparse.ArgumentParser, *, json_help: str = "print one JSON object") -> None:
+    """``--import MODULE`` (repeatable) and ``--json``: every subcommand has both."""
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first, so the algorithms it registers can be named (repeatable; "
+                             f"also {registry.ENV_IMPORT}=mod1,mod2)")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def _param(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return name, int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: expected an integer, got {value!r}") from None
+
+
+def add_schedule_args(parser: argparse.ArgumentParser, *, ranks: bool = True, file: bool = True) -> None:
+    """The options that pick a schedule: a registered algorithm, or (with ``file``) a schedule file."""
+    kinds = [k.value for k in Kind]
+    parser.add_argument("--collective", "-c", choices=kinds, metavar="K", help=f"collective kind: {', '.join(kinds)}")
+    parser.add_argument("--algorithm", "-a", metavar="A", help="algorithm name (see `collsched list`)")
+    if ranks:
+        parser.add_argument("--ranks", "-p", type=int, metavar="P", help="world size")
+    parser.add_argument("--chunks", "-k", type=int, metavar="k",
+                        help="chunks per logical piece (default 1); the schedule records the resulting chunk count")
+    parser.add_argument("--root", "-r", type=int, metavar="R", help="root rank for rooted kinds (default 0)")
+    parser.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
+                        help="other algorithm parameter, e.g. --param group=4 (repeatable)")
+    if file:
+        parser.add_argument("--file", "-f", metavar="F", help="a schedule file (collsched.schedule/1 JSON)")
+
+
+def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None) -> Schedule:
+    """Build or load the schedule the options name; ``UsageError`` when they do not fit together."""
+    if getattr(args, "file", None):
+        extra = [o for o in ("collective", "algorithm", "chunks", "root") if getattr(args, o, None) is not None]
+        if getattr(args, "ranks", None) is not None:
+            extra.append("ranks")
+        if extra or args.param:
+            raise UsageError(f"--file cannot be combined with --{', --'.join(extra or ['param'])}")
+        return fileformat.load(args.file)
+    missing = [o for o in ("collective", "algorithm") if getattr(args, o, None) is None]
+    p = ranks if ranks is not None else getattr(args, "ranks", None)
+    if p is None:
+        missing.append("ranks")
+    if missing:
+        alt = " (or --file F)" if hasattr(args, "file") else ""
+        raise UsageError(f"missing --{', --'.join(missing)}{alt}")
+    params: dict[str, Any] = dict(args.param)
+    if args.chunks is not None:
+        params["chunks"] = args.chunks
+    algorithm = registry.get(args.collective, args.algorithm)
+    return algorithm.build(p, root=args.root, **params)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- list, verify, export
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    rows = [
+        {
+            "collective": a.kind.value,
+            "algorithm": a.name,
+            "constraints": list(a.constraints),
+            "parameters": {p.name: {"default": p.default, "help": p.help} for p in a.parameters},
+            "cost": a.cost.formula if a.cost else None,
+            "source": a.source,
+        }
+        for a in registry.algorithms()
+    ]
+    if args.json:
+        print(json.dumps({"ok": True, "algorithms": rows}, indent=1))
+        return 0
+    head = ("collective", "algorithm", "constraints", "parameters", "cost (α latency, β s/byte, γ s/byte reduced)")
+    table = [head] + [
+        (a.kind.value, a.name, "; ".join(a.constraints) or "any p",
+         ", ".join(p.name for p in a.parameters) or "-", a.cost.formula if a.cost else "-")
+        for a in registry.algorithms()
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
+    for row in table:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from sim.verify import verify
+
+    report = verify(schedule_from_args(args))
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        print(report)
+    return 0 if report.ok else 1
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    schedule = schedule_from_args(args)
+    try:
+        fileformat.save(schedule, args.output)
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
+    if args.json:
+        print(json.dumps({"ok": True, "output": str(args.output), "name": schedule.name,
+                          "collective": schedule.collective.kind.value, "ranks": schedule.collective.ranks,
+                          "steps": len(schedule.steps), "transfers": schedule.num_transfers}))
+    else:
+        print(f"wrote {args.output}: {schedule.name} ({schedule.collective.describe()}), "
+              f"{len(schedule.steps)} steps, {schedule.num_transfers} transfers")
+    return 0
+
+
+# ---------------------------------------------------------------- simulate, sweep
+
+
 def _node(text: str) -> int | str:
     text = text.strip()
     return int(text) if text.isdigit() else text
@@ -86,29 +240,29 @@ def _network_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def add_parser(subparsers: Any) -> None:
-    """Register ``simulate`` and ``sweep``."""
+def _add_sim_parsers(subparsers: Any) -> None:
     p = subparsers.add_parser("simulate", help="simulate a schedule on a topology (time, bandwidth, trace)")
     add_schedule_args(p, ranks=False)
     _network_args(p)
     p.add_argument("--size", "-s", required=True, metavar="N", help="message size (nccl-tests convention), e.g. 256MiB")
     p.add_argument("--trace", metavar="F.json", help="write a Chrome/Perfetto trace")
     p.add_argument("--plot", metavar="F.png", help="write a timeline plot")
-    p.add_argument("--json", action="store_true",
-                   help='print {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "wall_s"}')
+    add_common_args(p, json_help='print {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "wall_s"}')
     p.set_defaults(func=_cmd_simulate)
 
     p = subparsers.add_parser("sweep", help="simulate every algorithm of a kind over message sizes")
     kinds = [k.value for k in Kind]
     p.add_argument("--collective", "-c", required=True, choices=kinds, metavar="K", help=", ".join(kinds))
     p.add_argument("--algorithms", metavar="A,B", help="only these algorithms (default: every one that fits p)")
+    p.add_argument("--file", "-f", dest="files", action="append", default=[], metavar="F",
+                   help="also sweep this schedule file (its collective and ranks must match; repeatable)")
     p.add_argument("--chunks", "-k", type=int, metavar="k", help="chunks per piece for every algorithm")
     p.add_argument("--root", "-r", type=int, metavar="R", help="root rank for rooted kinds (default 0)")
     _network_args(p)
     p.add_argument("--sizes", required=True, metavar="A:B", help="A:B doubles from A to B; A:B:F multiplies by F; "
                                                                    "or A,B,C")
     p.add_argument("--plot", metavar="F.png", help="write a plot of time vs size per algorithm")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_common_args(p, json_help="print the results as JSON")
     p.set_defaults(func=_cmd_sweep)
 
 
@@ -209,10 +363,22 @@ def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.N
             print(f"    {v}")
 
 
-def _cmd_sweep(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+def _file_schedules(paths: Sequence[str], kind: Kind, p: int) -> list[tuple[str, Schedule]]:
+    """(label, schedule) of each --file; its collective must be ``kind`` on ``p`` ranks."""
+    out = []
+    for path in paths:
+        s = fileformat.load(path)
+        if s.collective.kind is not kind:
+            raise UsageError(f"--file {path}: the schedule is {s.collective.kind.value}, the sweep is {kind.value}")
+        if s.collective.ranks != p:
+            raise UsageError(f"--file {path}: the schedule has {s.collective.ranks} ranks, the topology {p}")
+        out.append((f"{s.name} [{Path(path).name}]", s))
+    return out
 
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.engine import simulate
+    from sim.progress import bar
     from sim.trace import plot_sweep
 
     sizes = parse_sizes(args.sizes)
@@ -221,7 +387,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     topo = _topology(args)
     p = topo.ranks
     wanted = None if args.algorithms is None else [a.strip() for a in args.algorithms.split(",") if a.strip()]
-    schedules: list[Schedule] = []
+    schedules: list[tuple[str, Schedule]] = []
+    files = _file_schedules(args.files, Kind(args.collective), p)
     candidates = [registry.get(args.collective, a) for a in wanted] if wanted else list(
         registry.algorithms(args.collective))
     for alg in candidates:
@@ -234,21 +401,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 raise UsageError(f"{alg.kind}/{alg.name} cannot serve {p} ranks: {reason}")
             print(f"collsched sweep: skipping {alg.name}: {reason}", file=sys.stderr)
             continue
-        schedules.append(alg.build(p, root=args.root, **params))
+        s = alg.build(p, root=args.root, **params)
+        schedules.append((s.name, s))
+    schedules += files
     if not schedules:
         raise UsageError(f"no {args.collective} algorithm serves {p} ranks")
     rows: list[dict[str, Any]] = []
     all_ok = True
-    with tqdm(total=len(sizes) * len(schedules), unit="run", file=sys.stderr, delay=0.5, leave=False,
-              disable=args.no_progress) as bar:
+    with bar(len(sizes) * len(schedules), unit="run", enabled=not args.no_progress) as progress:
         for size in sizes:
-            for s in schedules:
+            for label, s in schedules:
                 r = simulate(s, topo, size, **opts)
                 all_ok &= r.ok
-                rows.append({"algorithm": s.name, "size": size, "time_s": r.time, "algbw_GBps": _gb(r.algbw),
+                rows.append({"algorithm": label, "size": size, "time_s": r.time, "algbw_GBps": _gb(r.algbw),
                              "busbw_GBps": _gb(r.busbw), "ok": r.ok})
-                bar.update(1)
-    names = [s.name for s in schedules]
+                progress.update(1)
+    names = [label for label, _ in schedules]
     best = {size: min((r for r in rows if r["size"] == size), key=lambda r: r["time_s"])["algorithm"]
             for size in sizes}
     if args.plot:
@@ -285,3 +453,60 @@ def _print_sweep(rows: Sequence[dict[str, Any]], sizes: Sequence[float], names: 
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+
+
+# ---------------------------------------------------------------- parser and entry point
+
+
+def build_parser(extensions: Sequence[str] = ()) -> Parser:
+    """The argument parser: the torch-free commands, then each extension module's ``add_parser(subparsers)``."""
+    parser = Parser(prog="collsched", description="Design collective-communication algorithms: list, verify, "
+                                                  "export, simulate and sweep schedules (and bench, demo on torch).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("list", help="list the registered algorithms with their constraints and costs")
+    add_common_args(p, json_help='print {"ok": true, "algorithms": [...]}')
+    p.set_defaults(func=_cmd_list)
+    p = sub.add_parser("verify", help="verify a schedule symbolically against its postcondition")
+    add_schedule_args(p)
+    add_common_args(p, json_help='print {"ok", "violations", "transfers", "steps"}')
+    p.set_defaults(func=_cmd_verify)
+    p = sub.add_parser("export", help="write a schedule file (collsched.schedule/1)")
+    add_schedule_args(p, file=False)
+    p.add_argument("--output", "-o", required=True, metavar="F", help="file to write")
+    add_common_args(p, json_help='print {"ok", "output", "name", "collective", "ranks", "steps", "transfers"}')
+    p.set_defaults(func=_cmd_export)
+    _add_sim_parsers(sub)
+    for name in extensions:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def _fail(prog: str, message: str, as_json: bool, usage: str = "") -> int:
+    if as_json:
+        print(json.dumps({"ok": False, "error": message}))
+    else:
+        print(f"{usage}{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None, *, extensions: Sequence[str] = ()) -> int:
+    """Run the command line; returns the exit status (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        parser = build_parser(extensions)
+        args = parser.parse_args(argv)
+    except ParseError as e:
+        return _fail(e.prog, e.message, as_json, e.usage)
+    try:
+        registry.import_modules(args.imports)
+        return int(args.func(args))
+    except CollschedError as e:
+        return _fail(f"collsched {args.command}", str(e), as_json)
+    except KeyboardInterrupt:
+        print(f"collsched {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
