@@ -192,7 +192,7 @@ class Transfer(_TransferFields):
         return tuple.__new__(cls, (src, dst, src_buf, src_index, dst_buf, dst_index, count, op))
 
     def __repr__(self) -> str:
-        op = "+=" if self.op is Op.REDUCE else "<-"
+        op = "+=" if self.op is Op.REDUCE else "="
         return (
             f"{self.dst}.{self.dst_buf}[{self.dst_index}:{self.dst_index + self.count}] {op} "
             f"{self.src}.{self.src_buf}[{self.src_index}:{self.src_index + self.count}]"

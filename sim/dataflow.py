@@ -22,13 +22,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
 from algorithms.ir import Kind, Op, Schedule, Transfer
-from sim.semantics import Content, SlotLayout, initial_state, overlaps, union
+from sim.semantics import Content, SlotLayout, initial_state, write
 
-__all__ = ["DataflowGraph", "dataflow_graph", "execute_in_order", "differences"]
+__all__ = ["DataflowGraph", "Readiness", "dataflow_graph", "execute_in_order", "differences", "invert"]
 
 
 @dataclass(frozen=True)
@@ -106,14 +107,87 @@ Chooser = Callable[[Sequence[int]], int]
 """Picks the position, in a list of enabled events, of the one to run next."""
 
 
+class Readiness:
+    """Which transfers of a dataflow graph may start, and which may write, as others progress.
+
+    The one bookkeeping of the dataflow rules, shared by ``execute_in_order``
+    and the simulator's dataflow mode: T may *start* once every transfer in
+    ``deps[T]`` has finished; T may *write* once it has arrived (its data is
+    at the destination) and every transfer in ``write_after[T]`` has started.
+    Each method returns the transfers it makes ready (an empty tuple when none).
+    """
+
+    __slots__ = ("arrived", "dependents", "unstarted_readers", "waiting", "write_waiters")
+
+    def __init__(self, graph: DataflowGraph) -> None:
+        n = len(graph)
+        self.waiting = [len(d) for d in graph.deps]
+        self.unstarted_readers = [len(w) for w in graph.write_after]
+        self.dependents = invert(graph.deps, n)
+        self.write_waiters = invert(graph.write_after, n)
+        self.arrived = [False] * n
+
+    def startable(self) -> list[int]:
+        """The transfers with no dependencies, in program order."""
+        return [t for t, w in enumerate(self.waiting) if w == 0]
+
+    def start(self, t: int) -> list[int] | tuple[()]:
+        """T has read its source: the arrived transfers that were waiting only for that and may now write."""
+        ws = self.write_waiters[t]
+        if not ws:
+            return ()
+        unstarted, arrived = self.unstarted_readers, self.arrived
+        out = []
+        for w in ws:
+            unstarted[w] -= 1
+            if unstarted[w] == 0 and arrived[w]:
+                out.append(w)
+        return out
+
+    def arrive(self, t: int) -> bool:
+        """T's data is at its destination: whether T may write now (else a later ``start`` releases it)."""
+        self.arrived[t] = True
+        return self.unstarted_readers[t] == 0
+
+    def finish(self, t: int) -> list[int] | tuple[()]:
+        """T has written: the transfers that may now start."""
+        us = self.dependents[t]
+        if not us:
+            return ()
+        waiting = self.waiting
+        out = []
+        for u in us:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                out.append(u)
+        return out
+
+
+_NONE: tuple[int, ...] = ()
+
+
+def invert(relation: Sequence[tuple[int, ...]], n: int) -> list[Sequence[int]]:
+    """For each transfer, the transfers whose relation lists it (a shared empty tuple when none)."""
+    lists: list[Any] = [_NONE] * n
+    for j, items in enumerate(relation):
+        for d in items:
+            cur = lists[d]
+            if cur is _NONE:
+                lists[d] = [j]
+            else:
+                cur.append(j)
+    return lists
+
+
 def execute_in_order(
     schedule: Schedule, graph: DataflowGraph | None = None, choose: Chooser | None = None
 ) -> list[Content | None]:
     """Run the schedule event by event, in an interleaving chosen by ``choose``; the final state.
 
-    Events are ``start(T)`` (snapshot T's source) and ``end(T)`` (write it);
-    ``choose`` picks among the enabled ones (default: uniformly at random,
-    seeded 0). Violations such as races are not reported here: ``verify`` does.
+    Events are ``start(T)`` (snapshot T's source) and ``end(T)`` (write it by
+    ``sim.semantics.write``); ``choose`` picks among the enabled ones (default:
+    uniformly at random, seeded 0). Violations such as races are not reported
+    here: ``verify`` does.
     """
     g = graph if graph is not None else dataflow_graph(schedule)
     layout = SlotLayout(schedule)
@@ -122,18 +196,9 @@ def execute_in_order(
     pick = choose if choose is not None else _seeded_chooser(0)
     idempotent = schedule.collective.kind is Kind.BARRIER
     n = len(g)
-    waiting = [len(d) for d in g.deps]
-    unstarted_readers = [len(w) for w in g.write_after]
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    write_waiters: list[list[int]] = [[] for _ in range(n)]
-    for t in range(n):
-        for d in g.deps[t]:
-            dependents[d].append(t)
-        for r in g.write_after[t]:
-            write_waiters[r].append(t)
+    ready = Readiness(g)
     # An enabled event: +t+1 = start T, -(t+1) = end T.
-    enabled = [t + 1 for t in range(n) if waiting[t] == 0]
-    started = [False] * n
+    enabled = [t + 1 for t in ready.startable()]
     snapshot: list[list[Content | None]] = [[] for _ in range(n)]
     while enabled:
         i = pick(enabled)
@@ -145,31 +210,15 @@ def execute_in_order(
         if ev > 0:
             src = bases[tr.src_buf][tr.src] + tr.src_index
             snapshot[t] = state[src:src + tr.count]
-            started[t] = True
-            if unstarted_readers[t] == 0:
+            # Here a transfer arrives as it starts: only same-step readers hold its write back.
+            if ready.arrive(t):
                 enabled.append(-(t + 1))
-            for w in write_waiters[t]:
-                unstarted_readers[w] -= 1
-                if unstarted_readers[w] == 0 and started[w]:
-                    enabled.append(-(w + 1))
+            enabled.extend(-(w + 1) for w in ready.start(t))
             continue
         dst = bases[tr.dst_buf][tr.dst] + tr.dst_index
-        for k, v in enumerate(snapshot[t]):
-            if v is None:
-                continue
-            cur = state[dst + k]
-            if tr.op is Op.COPY and not idempotent:
-                state[dst + k] = v
-            elif cur is None:
-                if idempotent:
-                    state[dst + k] = v
-            elif idempotent or not overlaps(cur, v):
-                state[dst + k] = union(cur, v)
+        write(state, dst, snapshot[t], tr.op is Op.COPY, idempotent)
         snapshot[t] = []
-        for u in dependents[t]:
-            waiting[u] -= 1
-            if waiting[u] == 0:
-                enabled.append(u + 1)
+        enabled.extend(u + 1 for u in ready.finish(t))
     return state
 
 

@@ -34,7 +34,7 @@ import math
 import sys
 from array import array
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +42,7 @@ import numpy as np
 
 from algorithms.errors import CollschedError
 from algorithms.ir import Collective, Kind, Op, Schedule
-from sim.semantics import SlotLayout, initial_state, overlaps, union
+from sim.semantics import SlotLayout, initial_state, write
 from sim.topology import Link, Topology, TopologyError
 from sim.verify import DOUBLE_COUNT, UNINITIALISED_READ, Violation, check_final
 
@@ -309,14 +309,9 @@ class _Run:
             self.step = -1
             self.outstanding = 0
         else:
-            from sim.dataflow import dataflow_graph
+            from sim.dataflow import Readiness, dataflow_graph
 
-            g = dataflow_graph(schedule)
-            self.waiting = [len(d) for d in g.deps]
-            self.unstarted_readers = [len(w) for w in g.write_after]
-            self.dependents = _invert(g.deps, n)
-            self.write_waiters = _invert(g.write_after, n)
-            self.arrived = [False] * n
+            self.ready = Readiness(dataflow_graph(schedule))
 
     def _where(self, t: int) -> tuple[int, int]:
         si = bisect_right(self.step_first, t) - 1
@@ -334,7 +329,7 @@ class _Run:
             if self.mode == "lockstep":
                 self._next_step()
             else:
-                self.to_start.extend(t for t in range(self.n) if self.waiting[t] == 0)
+                self.to_start.extend(self.ready.startable())
             self._drain()
             self.env.run()
         finally:
@@ -377,10 +372,7 @@ class _Run:
                 UNINITIALISED_READ, f"step {si} transfer {ti} ({tr!r}): reads rank {tr.src} {tr.src_buf}"
                 f"[{tr.src_index + k}], which holds nothing", si, ti, tr.src, tr.src_buf.value, tr.src_index + k))
         if self.dataflow:
-            for w in self.write_waiters[t]:
-                self.unstarted_readers[w] -= 1
-                if self.unstarted_readers[w] == 0 and self.arrived[w]:
-                    self.to_finish.append(w)
+            self.to_finish.extend(self.ready.start(t))
         pre = self.pre[t]
         if pre > 0:
             self.events += 1
@@ -485,10 +477,8 @@ class _Run:
             self._arrive(t)
 
     def _arrive(self, t: int) -> None:
-        if self.dataflow:
-            self.arrived[t] = True
-            if self.unstarted_readers[t]:
-                return  # a same-step reader of the destination has not read yet: write when it has
+        if self.dataflow and not self.ready.arrive(t):
+            return  # a same-step reader of the destination has not read yet: write when it has
         self.to_finish.append(t)
 
     def _finish(self, t: int) -> None:
@@ -502,35 +492,18 @@ class _Run:
             if self.outstanding == 0:
                 self._next_step()
         else:
-            waiting, to_start = self.waiting, self.to_start
-            for u in self.dependents[t]:
-                waiting[u] -= 1
-                if waiting[u] == 0:
-                    to_start.append(u)
+            self.to_start.extend(self.ready.finish(t))
 
     def _write(self, t: int) -> None:
         tr = self.transfers[t]
-        state = self.state
-        d = self.dst_slot[t]
-        copy = tr.op is Op.COPY and not self.idempotent
-        for k, v in enumerate(self.snap[t]):
-            if v is None:
-                continue  # reported as an uninitialised read when the transfer started
-            cur = state[d + k]
-            if copy:
-                state[d + k] = v
-            elif cur is not None and len(cur) == 2 and len(v) == 2 and cur[0] == v[0] and not cur[1] & v[1]:
-                state[d + k] = (v[0], cur[1] | v[1])  # the common case of union(), inlined: one chunk, disjoint
-            elif cur is None:
-                if self.idempotent:
-                    state[d + k] = v
-                else:
-                    self._bad(t, k, UNINITIALISED_READ, "which holds nothing")
-            elif self.idempotent or not overlaps(cur, v):
-                state[d + k] = union(cur, v)
+        snap = self.snap[t]
+        self.snap[t] = None
+        # The write rule is sim.semantics.combine; an empty source was reported when the transfer started.
+        for k in write(self.state, self.dst_slot[t], snap, tr.op is Op.COPY, self.idempotent):
+            if self.state[self.dst_slot[t] + k] is None:
+                self._bad(t, k, UNINITIALISED_READ, "which holds nothing")
             else:
                 self._bad(t, k, DOUBLE_COUNT, "and the incoming data share a contribution (counted twice)")
-        self.snap[t] = None
 
     def _bad(self, t: int, k: int, kind: str, why: str) -> None:
         tr = self.transfers[t]
@@ -563,19 +536,3 @@ class _Run:
             chunk_bytes=self.chunk, time=max(ends, default=0.0),
             start=arr(self.t_start), send_start=arr(self.t_send_start), send_end=arr(self.t_send_end),
             end=arr(self.t_end), link_busy=busy, events=self.events, violations=tuple(bad))
-
-
-_NONE: tuple[int, ...] = ()
-
-
-def _invert(relation: Sequence[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
-    """For each transfer, the transfers whose relation lists it (shared empty tuple when none)."""
-    lists: list[Any] = [_NONE] * n
-    for j, items in enumerate(relation):
-        for d in items:
-            cur = lists[d]
-            if cur is _NONE:
-                lists[d] = [j]
-            else:
-                cur.append(j)
-    return lists

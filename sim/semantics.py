@@ -1,4 +1,13 @@
-"""Symbolic state of a schedule: which contributions each slot carries.
+"""Symbolic state of a schedule, and the step semantics every executor shares.
+
+The write rule (docs/design.md, step semantics), here once and used by the
+verifier (lockstep), ``sim.dataflow.execute_in_order`` and the simulator's
+symbolic payloads: a transfer reads its source when it starts (in lockstep,
+every read of a step sees the state at the start of the step) and writes its
+destination when it ends; ``combine`` says what the write leaves there: a
+copy replaces, a reduce adds (the union of disjoint contributions; an
+overlap counts a contribution twice), a barrier's tokens union idempotently
+(its copies too), and reducing into an empty slot is an uninitialised read.
 
 A contribution ``(s, i)`` is rank s's input chunk i. A slot's content is a
 flat tuple ``(i0, mask0, i1, mask1, ...)`` sorted by chunk index, where bit s
@@ -14,7 +23,8 @@ from collections.abc import Sequence
 
 from algorithms.ir import Buf, Collective, Kind, Schedule
 
-__all__ = ["Content", "SlotLayout", "union", "overlaps", "initial_state", "expected_state", "describe"]
+__all__ = ["Content", "SlotLayout", "combine", "write", "union", "overlaps", "initial_state", "expected_state",
+           "describe"]
 
 Content = tuple[int, ...]
 
@@ -78,6 +88,48 @@ def overlaps(a: Content, b: Content) -> bool:
         return a[0] == b[0] and bool(a[1] & b[1])
     bm = {b[j]: b[j + 1] for j in range(0, len(b), 2)}
     return any(a[j + 1] & bm.get(a[j], 0) for j in range(0, len(a), 2))
+
+
+def combine(cur: Content | None, v: Content, copy: bool, idempotent: bool) -> Content | None:
+    """What a write of ``v`` leaves in a slot holding ``cur``; None when the write is invalid.
+
+    ``copy`` is the transfer's op (True: copy, False: reduce); ``idempotent``
+    is True for a barrier, whose tokens union however often they arrive.
+    Invalid: a reduce into an empty slot (``cur is None``: an uninitialised
+    read) or a reduce whose contributions overlap ``cur`` (a double count).
+    """
+    if copy and not idempotent:
+        return v
+    if cur is None:
+        return v if copy else None
+    if len(cur) == 2 and len(v) == 2 and cur[0] == v[0]:
+        # The common case of union(), inlined: one chunk index on both sides.
+        if idempotent or not cur[1] & v[1]:
+            return (v[0], cur[1] | v[1])
+        return None
+    if idempotent or not overlaps(cur, v):
+        return union(cur, v)
+    return None
+
+
+def write(state: list[Content | None], dst: int, values: Sequence[Content | None], copy: bool,
+          idempotent: bool) -> list[int]:
+    """Write ``values`` (a transfer's source snapshot) to ``state[dst:]`` by ``combine``.
+
+    An empty source slot writes nothing (the read was already the error). An
+    invalid write leaves the slot as it was; the offsets of those are returned
+    (the caller reports them: uninitialised when the slot is empty, else a double count).
+    """
+    bad: list[int] = []
+    for k, v in enumerate(values):
+        if v is None:
+            continue
+        new = combine(state[dst + k], v, copy, idempotent)
+        if new is None:
+            bad.append(k)
+        else:
+            state[dst + k] = new
+    return bad
 
 
 def initial_state(layout: SlotLayout) -> list[Content | None]:

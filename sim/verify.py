@@ -1,12 +1,16 @@
 """Symbolic verification of schedules against their collective's postcondition.
 
 ``verify(schedule)`` executes the schedule in lockstep on symbolic contents
-(DESIGN.md, step semantics): reads in a step see the state at its start and
-writes land at its end; a slot written by a ``copy`` is written by nothing
-else in that step; a ``reduce`` needs disjoint contributions (except for
-barrier tokens); reading an empty slot is an error. The report lists every
-violation with its step and transfer, and every wrong final slot with its
-expected and actual contributions. A barrier is checked by causality: every
+(docs/design.md, step semantics; the write rule is ``sim.semantics.combine``):
+reads in a step see the state at its start and writes land at its end; a
+slot written by a ``copy`` is written by nothing else in that step; a
+``reduce`` needs disjoint contributions (except for barrier tokens); reading
+an empty slot is an error. The report lists every violation with its step
+and transfer, and every wrong final slot with its expected and actual
+contributions, the transfer that last wrote it (``step 3 transfer 1
+(2.output[4:5] = 1.output[4:5])``) and, for each contribution it lacks, the
+last step after which some slot still held it (a second, instrumented pass
+that runs only when a slot is wrong). A barrier is checked by causality: every
 rank's token must have heard, directly or transitively, from every rank.
 """
 
@@ -17,9 +21,9 @@ from typing import Any
 
 from algorithms.ir import Kind, Op, Schedule
 from algorithms.registry import no_gc
-from sim.semantics import Content, SlotLayout, describe, describe_text, expected_state, initial_state, overlaps, union
+from sim.semantics import Content, SlotLayout, combine, describe, describe_text, expected_state, initial_state
 
-__all__ = ["Violation", "VerifyReport", "verify", "execute"]
+__all__ = ["Violation", "VerifyReport", "check_final", "execute", "locate", "verify"]
 
 WRONG_SLOT = "wrong_slot"
 RACE = "race"
@@ -40,6 +44,11 @@ class Violation:
     index: int | None = None
     expected: tuple[int, ...] | None = None
     actual: tuple[int, ...] | None = None
+    writer: tuple[int, int, str] | None = None
+    """Wrong slot: (step, transfer, text) of the transfer that last wrote it; None if nothing did."""
+    missing: tuple[tuple[int, int, int | None], ...] = ()
+    """Wrong slot: (chunk, rank mask, last step) per group of contributions it lacks; the last step
+    after which some slot held them, -1 for only before step 0, None when never present."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; contributions as ``[{"chunk", "ranks"}]``."""
@@ -50,6 +59,10 @@ class Violation:
         if self.kind == WRONG_SLOT:
             d["expected"] = describe(self.expected)
             d["actual"] = describe(self.actual)
+            d["last_write"] = (None if self.writer is None else
+                               {"step": self.writer[0], "transfer": self.writer[1], "text": self.writer[2]})
+            d["missing"] = [{"chunk": c, "ranks": describe((c, m))[0]["ranks"], "last_held_step": last}
+                            for c, m, last in self.missing]
         return d
 
     def __str__(self) -> str:
@@ -133,23 +146,22 @@ def execute(schedule: Schedule) -> tuple[list[Content | None], list[Violation], 
             cur = state[d]
             for v, ti in lst:
                 t = step.transfers[ti]
+                nxt = combine(cur, v, t.op is copy_op, idempotent)
+                if nxt is not None:
+                    cur = nxt
+                    continue
+                where = _where(layout, d)
                 if cur is None:
-                    if idempotent and t.op is copy_op:
-                        cur = v
-                        continue
                     bad.append(Violation(
                         UNINITIALISED_READ,
-                        f"step {si} transfer {ti} ({t!r}): reduces into {_where(layout, d)}, which holds nothing",
+                        f"step {si} transfer {ti} ({t!r}): reduces into {where}, which holds nothing",
                         si, ti, t.dst, t.dst_buf.value, d - bases[t.dst_buf][t.dst]))
-                    continue
-                if not idempotent and overlaps(cur, v):
+                else:
                     bad.append(Violation(
                         DOUBLE_COUNT,
-                        f"step {si} transfer {ti} ({t!r}): {_where(layout, d)} already holds "
+                        f"step {si} transfer {ti} ({t!r}): {where} already holds "
                         f"{describe_text(cur)}; adding {describe_text(v)} counts a contribution twice",
                         si, ti, t.dst, t.dst_buf.value, d - bases[t.dst_buf][t.dst]))
-                    continue
-                cur = union(cur, v)
             state[d] = cur
     return state, bad, layout
 
@@ -163,17 +175,141 @@ def _race(layout: SlotLayout, si: int, ti: int, other: int, slot: int, t: Any) -
 
 
 def check_final(schedule: Schedule, state: list[Content | None], layout: SlotLayout) -> list[Violation]:
-    """A violation for every slot whose final content differs from the postcondition."""
-    bad: list[Violation] = []
+    """A violation for every slot whose final content differs from the postcondition, located by
+    ``locate`` (the last writer of each such slot, and where its missing contributions were last held)."""
+    wrong: list[tuple[int, Content, Content | None]] = []
     for slot, want in sorted(expected_state(schedule.collective, layout).items()):
         got = state[slot]
         if got != want:
-            r, buf, i = layout.where(slot)
-            bad.append(Violation(
-                WRONG_SLOT,
-                f"rank {r} {buf}[{i}]: expected {describe_text(want)}, got {describe_text(got)}",
-                rank=r, buf=buf.value, index=i, expected=want, actual=got))
+            wrong.append((slot, want, got))
+    if not wrong:
+        return []
+    lacking: dict[tuple[int, int], None] = {}
+    for _slot, want, got in wrong:
+        for c in _missing(want, got):
+            lacking[c] = None
+    writers, last_held = locate(schedule, layout, list(lacking))
+    bad: list[Violation] = []
+    for slot, want, got in wrong:
+        r, buf, i = layout.where(slot)
+        w = writers[slot]
+        writer = None if w is None else (w[0], w[1], repr(schedule.steps[w[0]].transfers[w[1]]))
+        groups: dict[tuple[int, int | None], int] = {}
+        for s_, chunk in _missing(want, got):
+            key = (chunk, last_held[(s_, chunk)])
+            groups[key] = groups.get(key, 0) | 1 << s_
+        missing = tuple((chunk, mask, last) for (chunk, last), mask in sorted(groups.items(), key=_group_order))
+        msg = f"rank {r} {buf}[{i}]: expected {describe_text(want)}, got {describe_text(got)}"
+        if writer is None:
+            msg += "; no transfer wrote it"
+        else:
+            msg += f"; last written by step {writer[0]} transfer {writer[1]} ({writer[2]})"
+        for chunk, mask, last in missing:
+            msg += f"; {describe_text((chunk, mask))} {_held_text(last, len(schedule.steps))}"
+        bad.append(Violation(WRONG_SLOT, msg, rank=r, buf=buf.value, index=i, expected=want, actual=got,
+                             writer=writer, missing=missing))
     return bad
+
+
+def _group_order(item: tuple[tuple[int, int | None], int]) -> tuple[int, int]:
+    (chunk, last), _mask = item
+    return chunk, -2 if last is None else last
+
+
+def _held_text(last: int | None, steps: int) -> str:
+    if last is None:
+        return "was never present"
+    if last < 0:
+        return "was held only before step 0"
+    if last == steps - 1:
+        return "is still held elsewhere at the end"
+    return f"was last held after step {last}"
+
+
+def _missing(want: Content, got: Content | None) -> list[tuple[int, int]]:
+    """The contributions (rank, chunk) that ``want`` has and ``got`` lacks."""
+    have = {} if got is None else {got[j]: got[j + 1] for j in range(0, len(got), 2)}
+    out = []
+    for j in range(0, len(want), 2):
+        chunk, lack = want[j], want[j + 1] & ~have.get(want[j], 0)
+        s_ = 0
+        while lack:
+            if lack & 1:
+                out.append((s_, chunk))
+            lack >>= 1
+            s_ += 1
+    return out
+
+
+def locate(
+    schedule: Schedule, layout: SlotLayout, contributions: list[tuple[int, int]]
+) -> tuple[list[tuple[int, int] | None], dict[tuple[int, int], int | None]]:
+    """Run the schedule in lockstep again, recording who writes what; for diagnostics only.
+
+    Returns, for every slot, ``(step, transfer)`` of the last transfer
+    that wrote it (None: never written), and for each of ``contributions``
+    (``(rank, chunk)``) the last step after which some slot held it: the
+    final step when it is still held at the end, -1 when it was held only
+    before step 0, None when it never was. Writes follow
+    ``sim.semantics.combine``; an invalid write (already reported) writes nothing.
+    """
+    state = initial_state(layout)
+    writers: list[tuple[int, int] | None] = [None] * layout.num_slots
+    interest: dict[int, int] = {}
+    for s_, chunk in contributions:
+        interest[chunk] = interest.get(chunk, 0) | 1 << s_
+    count: dict[tuple[int, int], int] = dict.fromkeys(contributions, 0)
+    gone_at: dict[tuple[int, int], int] = {}
+
+    def holds(content: Content | None) -> list[tuple[int, int]]:
+        if content is None:
+            return []
+        out = []
+        for j in range(0, len(content), 2):
+            m = content[j + 1] & interest.get(content[j], 0)
+            s_ = 0
+            while m:
+                if m & 1:
+                    out.append((s_, content[j]))
+                m >>= 1
+                s_ += 1
+        return out
+
+    for content in state:
+        for c in holds(content):
+            count[c] += 1
+    idempotent = schedule.collective.kind is Kind.BARRIER
+    bases = layout.bases
+    for si, step in enumerate(schedule.steps):
+        snaps = [state[a:a + t.count] for t in step.transfers for a in (bases[t.src_buf][t.src] + t.src_index,)]
+        for ti, (t, snap) in enumerate(zip(step.transfers, snaps, strict=True)):
+            dst = bases[t.dst_buf][t.dst] + t.dst_index
+            for k, v in enumerate(snap):
+                if v is None:
+                    continue
+                cur = state[dst + k]
+                new = combine(cur, v, t.op is Op.COPY, idempotent)
+                if new is None:
+                    continue
+                for c in holds(cur):
+                    count[c] -= 1
+                    if count[c] == 0:
+                        gone_at[c] = si
+                for c in holds(new):
+                    count[c] += 1
+                    if count[c] == 1:
+                        gone_at.pop(c, None)
+                state[dst + k] = new
+                writers[dst + k] = (si, ti)
+    last_held: dict[tuple[int, int], int | None] = {}
+    for c in contributions:
+        if count[c] > 0:
+            last_held[c] = len(schedule.steps) - 1
+        elif c in gone_at:
+            last_held[c] = gone_at[c] - 1
+        else:
+            last_held[c] = None
+    return writers, last_held
 
 
 def verify(schedule: Schedule) -> VerifyReport:

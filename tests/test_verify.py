@@ -100,3 +100,87 @@ def test_report_text_lists_every_violation() -> None:
     text = str(report)
     assert f"{len(report.violations)} violation(s)" in text
     assert text.count("\n") == len(report.violations)
+
+
+def _replace(schedule: Schedule, si: int, ti: int, t: Transfer | None) -> Schedule:
+    """The schedule with step si's transfer ti replaced by t (dropped when t is None)."""
+    steps = [list(step.transfers) for step in schedule.steps]
+    if t is None:
+        del steps[si][ti]
+    else:
+        steps[si][ti] = t
+    return Schedule(schedule.collective, schedule.name, tuple(Step(tuple(ts)) for ts in steps))
+
+
+def _wrong(schedule: Schedule) -> dict[tuple[int, str, int], dict[str, object]]:
+    report = verify(schedule)
+    assert {v.kind for v in report.violations} == {WRONG_SLOT}, str(report)
+    return {(v.rank, v.buf, v.index): v.to_dict() for v in report.violations}  # type: ignore[misc]
+
+
+def test_a_copy_with_a_wrong_index_in_ring_allgather_is_located() -> None:
+    # Ring all-gather, p = 4: step s > 0 has rank r copy output block (r - s) mod 4 to rank r + 1,
+    # transfer r of the step. Step 1 transfer 1 is 2.output[0:1] = 1.output[0:1]; read block 1 instead.
+    s = build("allgather", "ring", 4)
+    assert s.steps[1].transfers[1] == Transfer(1, 2, Buf.OUTPUT, 0, Buf.OUTPUT, 0)
+    broken = _replace(s, 1, 1, Transfer(1, 2, Buf.OUTPUT, 1, Buf.OUTPUT, 0))
+    wrong = _wrong(broken)
+    # Rank 2's output[0] gets rank 1's block; step 2 transfer 2 (rank 2 -> 3, block 0) forwards it.
+    assert set(wrong) == {(2, "output", 0), (3, "output", 0)}
+    assert wrong[(2, "output", 0)]["last_write"] == {"step": 1, "transfer": 1, "text": "2.output[0:1] = 1.output[1:2]"}
+    assert wrong[(3, "output", 0)]["last_write"] == {"step": 2, "transfer": 2, "text": "3.output[0:1] = 2.output[0:1]"}
+    # Rank 0's chunk 0 is not lost: rank 0's input (and output[0]) hold it to the end, after step 2.
+    assert wrong[(2, "output", 0)]["missing"] == [{"chunk": 0, "ranks": "0", "last_held_step": 2}]
+    text = str(verify(broken))
+    assert "rank 2 output[0]: " in text and "last written by step 1 transfer 1 (2.output[0:1] = 1.output[1:2])" in text
+
+
+def test_a_copy_with_a_wrong_index_in_ring_allreduce_is_located() -> None:
+    # Ring all-reduce, p = 4: reduce-scatter steps 0-2, all-gather steps 3-5; all-gather step 3 + s has
+    # rank r copy chunk (r + 1 - s) mod 4 to rank r + 1 as transfer r. Step 4 transfer 1 is
+    # 2.input[1:2] = 1.input[1:2]; read chunk 2 instead.
+    s = build("allreduce", "ring", 4)
+    assert s.steps[4].transfers[1] == Transfer(1, 2, Buf.INPUT, 1, Buf.INPUT, 1)
+    broken = _replace(s, 4, 1, Transfer(1, 2, Buf.INPUT, 2, Buf.INPUT, 1))
+    wrong = _wrong(broken)
+    # Rank 2's chunk 1 is wrong, and step 5 (rank 2 -> 3, chunk (2 + 1 - 2) mod 4 = 1, transfer 2) spreads it.
+    assert set(wrong) == {(2, "input", 1), (3, "input", 1)}
+    assert wrong[(2, "input", 1)]["last_write"] == {"step": 4, "transfer": 1, "text": "2.input[1:2] = 1.input[2:3]"}
+    assert wrong[(3, "input", 1)]["last_write"] == {"step": 5, "transfer": 2, "text": "3.input[1:2] = 2.input[1:2]"}
+    # The full chunk 1 survives on ranks 0 and 1, so every contribution is still held after the last step.
+    assert wrong[(3, "input", 1)]["missing"] == [{"chunk": 1, "ranks": "0-3", "last_held_step": 5}]
+
+
+def test_a_dropped_reduce_reports_where_its_contribution_was_last_held() -> None:
+    # Drop step 0 transfer 0 of ring all-reduce, p = 4 (1.input[0:1] += 0.input[0:1]). Chunk 0 is then
+    # reduced without rank 0: 1 -> 2 at step 1, 2 -> 3 at step 2. Rank 0's own input[0] keeps its
+    # contribution until step 3 transfer 3 overwrites it (0.input[0:1] = 3.input[0:1]): last held after step 2.
+    s = build("allreduce", "ring", 4)
+    assert s.steps[0].transfers[0] == Transfer(0, 1, Buf.INPUT, 0, Buf.INPUT, 0, 1, Op.REDUCE)
+    wrong = _wrong(_replace(s, 0, 0, None))
+    assert set(wrong) == {(r, "input", 0) for r in range(4)}
+    for d in wrong.values():
+        assert d["actual"] == [{"chunk": 0, "ranks": "1-3"}]
+        assert d["missing"] == [{"chunk": 0, "ranks": "0", "last_held_step": 2}]
+    # The last writers, by hand: rank 3 at step 2 transfer 2, then the all-gather: rank 0 at step 3
+    # transfer 3, rank 1 at step 4 transfer 0, rank 2 at step 5 transfer 1.
+    assert {k[0]: (d["last_write"]["step"], d["last_write"]["transfer"])  # type: ignore[index]
+            for k, d in wrong.items()} == {3: (2, 2), 0: (3, 3), 1: (4, 0), 2: (5, 1)}
+    assert "chunk 0 from ranks 0 was last held after step 2" in str(verify(_replace(s, 0, 0, None)))
+
+
+def test_a_slot_never_written_and_a_contribution_held_only_before_step_0() -> None:
+    # Broadcast from root 1 on 2 ranks whose only transfer is a local copy on the root: rank 0's input
+    # is never written, and the root's chunk 0 is still held (at rank 1) after the last step, step 0.
+    coll = Collective(Kind.BROADCAST, 2, 1, 1)
+    wrong = _wrong(Schedule(coll, "no-send", (Step((Transfer(1, 1),)),)))
+    d = wrong[(0, "input", 0)]
+    assert d["last_write"] is None and d["missing"] == [{"chunk": 0, "ranks": "1", "last_held_step": 0}]
+    assert "no transfer wrote it" in str(verify(Schedule(coll, "no-send", (Step((Transfer(1, 1),)),))))
+    # Held only before step 0: step 0 overwrites rank 1's input, the only holder of rank 1's chunk 0.
+    coll = Collective(Kind.ALLGATHER, 2, 1)
+    steps = (Step((Transfer(0, 1, Buf.INPUT, 0, Buf.INPUT, 0),)),
+             Step((Transfer(1, 1, Buf.INPUT, 0, Buf.OUTPUT, 1), Transfer(0, 0, Buf.INPUT, 0, Buf.OUTPUT, 0))))
+    wrong = _wrong(Schedule(coll, "overwrite", steps))
+    assert wrong[(0, "output", 1)]["missing"] == [{"chunk": 0, "ranks": "1", "last_held_step": -1}]
+    assert "was held only before step 0" in str(verify(Schedule(coll, "overwrite", steps)))
