@@ -22,6 +22,11 @@ Python backend torch accepts) dispatches by device itself:
   algorithm run ``runners.direct``'s point-to-point exchanges (``p2p`` in
   the policy).
 
+Every collective method is its job body behind one shared prologue
+(``_collective``: default options, pass-through, op and root checks, the
+inner group, queueing). ``runners.work`` holds ``CollschedWork`` and the
+issue queue, ``runners.inner_groups`` makes the inner groups.
+
 Schedules run through ``runners.runner.run`` on the inner group, which is
 registered in torch's group tables (not in ``pg_names``) because the runner
 uses the public ``dist`` point-to-point API. The runner's cross-rank argument
@@ -47,27 +52,28 @@ from __future__ import annotations
 
 import atexit
 import collections
+import functools
 import gc
+import inspect
 import os
-import queue
-import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
-from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Kind
 from runners import direct
 from runners.autoload import BACKEND_NAME, register
+from runners.inner_groups import forget_inner_group, inner_group
 from runners.policy import P2P, Choice, Policy, schedule
 from runners.runner import run
+from runners.work import CollschedWork, IssueQueue, Job, JobState
 
 __all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "create", "register", "settle"]
 
@@ -75,195 +81,6 @@ _R = dist.ReduceOp
 ENV_CHECK = "COLLSCHED_CHECK"
 _OPS = frozenset({_R.SUM, _R.PRODUCT, _R.MIN, _R.MAX, _R.AVG, _R.BAND, _R.BOR, _R.BXOR})
 _SHUTDOWN_TIMEOUT_S = 30.0
-
-Job = Callable[[], Any]
-
-
-# --------------------------------------------------------------------------- Work
-
-
-@dataclass
-class _JobState:
-    """What one queued collective left behind: finished or not, its error, its CUDA completion event."""
-
-    future: torch.futures.Future[Any] = field(default_factory=torch.futures.Future)
-    done: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-    cuda_done: Any = None
-
-
-class CollschedWork(dist.Work):
-    """A collective issued on a collsched group; ``wait()`` raises if it failed."""
-
-    def __init__(self, state: _JobState, what: str, issue_queue: _IssueQueue | None = None) -> None:
-        super().__init__()
-        self._state = state
-        self._what = what
-        self._queue = issue_queue
-
-    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
-        """Block until the collective has run; raise its error; make the current CUDA stream wait for it."""
-        seconds = timeout.total_seconds() if timeout else 0.0
-        if not self._state.done.is_set() and self._queue is not None and self._queue.on_worker():
-            self._queue.run_until(self._state)
-        if not self._state.done.wait(seconds if seconds > 0 else None):
-            raise TimeoutError(f"collsched {self._what} did not complete within {timeout}")
-        if self._state.error is not None:
-            raise self._state.error
-        if self._state.cuda_done is not None:
-            torch.cuda.current_stream().wait_event(self._state.cuda_done)
-        return True
-
-    def is_completed(self) -> bool:
-        """True once the collective has finished, successfully or not (for CUDA: its kernels too)."""
-        if not self._state.done.is_set():
-            return False
-        event = self._state.cuda_done
-        return event is None or self._state.error is not None or bool(event.query())
-
-    def is_success(self) -> bool:
-        """True once the collective has finished without an error."""
-        return self._state.done.is_set() and self._state.error is None
-
-    def exception(self) -> BaseException | None:
-        """The collective's error, or None."""
-        return self._state.error
-
-    def get_future(self) -> torch.futures.Future[Any]:
-        """A future completed with the collective's output tensors, or with its error."""
-        return self._state.future
-
-    def result(self) -> list[torch.Tensor]:
-        """The output tensors, after waiting."""
-        self.wait()
-        value = self._state.future.value()
-        return list(value) if isinstance(value, (list, tuple)) else [value]
-
-    def synchronize(self) -> None:
-        """Same as ``wait()``."""
-        self.wait()
-
-    def __repr__(self) -> str:
-        status = "pending" if not self._state.done.is_set() else ("failed" if self._state.error else "done")
-        return f"CollschedWork({self._what}, {status})"
-
-
-def _completed_work(what: str, outputs: list[torch.Tensor]) -> CollschedWork:
-    state = _JobState()
-    state.future.set_result(outputs)
-    state.done.set()
-    return CollschedWork(state, what)
-
-
-class _IssueQueue:
-    """One worker thread running a group's collectives one at a time, in issue order."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._jobs: queue.SimpleQueue[tuple[Job, _JobState] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def submit(self, job: Job, state: _JobState) -> None:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"collsched group {self._name} has been shut down")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=f"collsched-{self._name}", daemon=True)
-                self._thread.start()
-            self._jobs.put((job, state))
-
-    def _loop(self) -> None:
-        while True:
-            item = self._jobs.get()
-            if item is None:
-                return
-            self._execute(*item)
-
-    @staticmethod
-    def _execute(job: Job, state: _JobState) -> None:
-        try:
-            value = job()
-        except BaseException as err:  # every failure belongs to the caller's wait()
-            state.error = err
-            state.done.set()
-            state.future.set_exception(err)
-            return
-        state.done.set()
-        state.future.set_result(value)  # runs the future's callbacks, on this thread
-
-    def on_worker(self) -> bool:
-        """True on the worker thread itself, e.g. inside a callback chained on a collective's future."""
-        return threading.current_thread() is self._thread
-
-    def run_until(self, state: _JobState) -> None:
-        """On the worker thread, run queued jobs inline, in order, until ``state``'s job is done.
-
-        A callback chained with ``get_future().then(...)`` runs on the worker
-        thread; if it waits for a collective it issued itself, the worker
-        must run that collective or it would wait for itself forever.
-        """
-        while not state.done.is_set():
-            item = self._jobs.get()
-            if item is None:
-                self._jobs.put(None)
-                raise RuntimeError(f"collsched group {self._name} was shut down while a collective was waited on")
-            self._execute(*item)
-
-    def close(self, timeout: float) -> bool:
-        """Let queued jobs finish (up to ``timeout`` seconds) and stop the thread; False if it did not stop."""
-        with self._lock:
-            if self._closed:
-                return True
-            self._closed = True
-            thread = self._thread
-        if thread is None:
-            return True
-        self._jobs.put(None)
-        thread.join(timeout)
-        return not thread.is_alive()
-
-
-# --------------------------------------------------------------------------- inner groups
-
-
-def _inner_group(
-    store: dist.Store, rank: int, size: int, timeout: timedelta, device: str, global_ranks: Sequence[int], label: str
-) -> dist.ProcessGroup:
-    """A plain gloo (CPU) or nccl (CUDA) ProcessGroup over the same ranks, known to ``dist`` for point-to-point.
-
-    It is made like ``_new_process_group_helper`` makes one, but registered
-    only in the tables that ``dist.isend``/``dist.irecv``/``get_global_rank``
-    read: not in ``pg_names``, so ``destroy_process_group`` leaves its
-    shutdown to the collsched group that owns it.
-    """
-    prefix = dist.PrefixStore(f"collsched/{label}/", store)
-    pg = dist.ProcessGroup(prefix, rank, size)
-    if device == "cpu":
-        backend: Any = dist.ProcessGroupGloo(prefix, rank, size, timeout)
-        backend_type, name = dist.ProcessGroup.BackendType.GLOO, "gloo"
-    else:
-        options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout
-        backend = dist.ProcessGroupNCCL(prefix, rank, size, options)
-        backend_type, name = dist.ProcessGroup.BackendType.NCCL, "nccl"
-    backend._set_sequence_number_for_group()
-    pg._set_default_backend(backend_type)
-    pg._register_backend(torch.device(device), backend_type, backend)
-    pg._set_group_name(f"collsched/{label}")  # type: ignore[arg-type]
-    world = c10d._world
-    world.pg_group_ranks[pg] = {g: i for i, g in enumerate(global_ranks)}
-    world.pg_map[pg] = (name, prefix)
-    world.pg_backend_config[pg] = f"{device}:{name}"
-    return pg
-
-
-def _forget_inner_group(pg: dist.ProcessGroup) -> None:
-    world = c10d._world
-    for table in (world.pg_group_ranks, world.pg_map, world.pg_backend_config):
-        table.pop(pg, None)
-    pg.shutdown()
 
 
 # --------------------------------------------------------------------------- the process group
@@ -309,6 +126,73 @@ def _device_type(tensors: Sequence[torch.Tensor], what: str) -> str:
     return types.pop()
 
 
+@dataclass(frozen=True)
+class _Call:
+    """What the shared prologue hands a collective's body: the options, the inner group, the op and the root."""
+
+    opts: Any
+    group: dist.ProcessGroup
+    op: Any = _R.SUM
+    root: int = 0
+
+
+_Body = Callable[..., Job]
+
+
+def _collective(
+    what: str,
+    options: Callable[[], Any],
+    tensors: Callable[..., Sequence[torch.Tensor]],
+    *,
+    reduces: bool = False,
+    rooted: bool = False,
+) -> Callable[[_Body], Callable[..., dist.Work]]:
+    """The prologue every collective of ``CollschedProcessGroup`` shares, around a body that returns its job.
+
+    The method keeps torch's signature: the body's arguments after ``call``, then ``opts=None``. The prologue
+    fills torch's default options (``options()``), passes the call straight to the inner group's method of the
+    same name when the backend string maps the device of ``tensors(*args)`` to another backend, checks the
+    reduce op (``reduces``) and ``opts.rootRank`` (``rooted``), finds the inner group, lets the body check its
+    own arguments and build its job, and queues the job behind every earlier collective (``_submit``).
+    """
+
+    def wrap(body: _Body) -> Callable[..., dist.Work]:
+        signature = inspect.signature(body)
+        params = list(signature.parameters.values())
+        names = [p.name for p in params[2:]]  # after self and call
+
+        @functools.wraps(body)
+        def method(self: CollschedProcessGroup, *args: Any, **kwargs: Any) -> dist.Work:
+            if len(args) > len(names) + 1:
+                raise TypeError(f"{body.__name__}() takes {len(names) + 1} arguments, got {len(args)}")
+            bound = dict(zip([*names, "opts"], args, strict=False))
+            bound.update(kwargs)
+            missing = [n for n in names if n not in bound]
+            if missing or set(bound) - {*names, "opts"}:
+                raise TypeError(f"{body.__name__}() arguments: missing {missing}, got {sorted(bound)}")
+            opts = bound.pop("opts", None)
+            opts = options() if opts is None else opts
+            values = [bound[n] for n in names]
+            given = tensors(*values)
+            device = _device_type(given, what)
+            if self._mode(device) != "schedule":
+                return getattr(self._group(device), body.__name__)(*values, opts)
+            op = _op_of(opts) if reduces else _R.SUM
+            if reduces:
+                self._check_op(op, what)
+            root = self._check_root(opts.rootRank, what) if rooted else 0
+            call = _Call(opts, self._group(device), op, root)
+            return self._submit(what, given, body(self, call, *values), opts)
+
+        opts_param = inspect.Parameter("opts", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+        method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[params[0], *params[2:], opts_param], return_annotation="dist.Work"
+        )
+        return method
+
+    return wrap
+
+
 class CollschedProcessGroup(dist.ProcessGroup):
     """A process group whose collectives run collsched schedules on inner gloo/nccl groups.
 
@@ -343,14 +227,14 @@ class CollschedProcessGroup(dist.ProcessGroup):
         # the CPU groups are made now (and not at a first send, which only two
         # ranks would reach).
         self._inner: dict[str, dist.ProcessGroup] = {
-            "cpu": _inner_group(store, rank, size, timeout, "cpu", self._global_ranks, "cpu"),
-            "cpu-p2p": _inner_group(store, rank, size, timeout, "cpu", self._global_ranks, "cpu-p2p"),
+            "cpu": inner_group(store, rank, size, timeout, "cpu", self._global_ranks, "cpu"),
+            "cpu-p2p": inner_group(store, rank, size, timeout, "cpu", self._global_ranks, "cpu-p2p"),
         }
         if torch.cuda.is_available() and dist.is_nccl_available():
-            self._inner["cuda"] = _inner_group(store, rank, size, timeout, "cuda", self._global_ranks, "cuda")
-        self._queue = _IssueQueue(f"r{rank}")
+            self._inner["cuda"] = inner_group(store, rank, size, timeout, "cuda", self._global_ranks, "cuda")
+        self._queue = IssueQueue(f"r{rank}")
         self._streams: dict[int, Any] = {}
-        self._coalesced: list[_JobState] | None = None
+        self._coalesced: list[JobState] | None = None
         self._closed = False
         self.executed: collections.Counter[str] = collections.Counter()
         """How many collectives ran each way, as ``kind/algorithm`` (``p2p``: the direct fallback)."""
@@ -407,20 +291,13 @@ class CollschedProcessGroup(dist.ProcessGroup):
             raise RuntimeError(f"collsched has no backend for {device} tensors (available: cpu"
                                f"{', cuda' if 'cuda' in self._inner else ''})") from None
 
-    def _native(self, tensors: Sequence[torch.Tensor], what: str) -> dist.ProcessGroup | None:
-        """The inner group to pass a call straight to, when the backend string maps the device elsewhere."""
-        device = _device_type(tensors, what)
-        if self._mode(device) == "schedule":
-            return None
-        return self._group(device)
-
     def _submit(self, what: str, tensors: Sequence[torch.Tensor], job: Job, opts: Any = None) -> CollschedWork:
         """Queue ``job`` (which returns the outputs) behind every earlier collective of this group.
 
         A timeout set in ``opts`` (torch's options objects leave it unset)
         replaces the group's for this collective's schedule.
         """
-        state = _JobState()
+        state = JobState()
         device = _device_type(tensors, what) if tensors else "cpu"
         run = job
         timeout = _timeout_of(opts)
@@ -466,7 +343,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
         return self._submit("coalesced", [], job)
 
-    def _on_stream(self, tensors: Sequence[torch.Tensor], job: Job, state: _JobState) -> Job:
+    def _on_stream(self, tensors: Sequence[torch.Tensor], job: Job, state: JobState) -> Job:
         """Wrap ``job`` to run on the device's communication stream after the caller's current stream."""
         index = tensors[0].device.index if tensors[0].device.index is not None else torch.cuda.current_device()
         stream = self._streams.get(index)
@@ -512,7 +389,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         choice = self._choose(kind, nbytes)
         if choice.algorithm == P2P:
             self.executed[f"{kind}/{P2P}"] += 1
-            _direct(kind, group, tensor, output, op=op, root=root)
+            direct.run_kind(kind, group, tensor, output, op=op, root=root)
             return
         self.executed[f"{kind}/{choice}"] += 1
         sched = schedule(kind, choice, self.size(), root)
@@ -520,39 +397,25 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     # ------------------------------------------------------------------ all-reduce
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
+    @_collective("allreduce", _c10d.AllreduceOptions, lambda tensors: tensors, reduces=True)
+    def allreduce(self, call: _Call, tensors: list[torch.Tensor]) -> Job:
         """``dist.all_reduce``: the allreduce schedule, in place."""
-        opts = opts if opts is not None else _c10d.AllreduceOptions()
-        native = self._native(tensors, "allreduce")
-        if native is not None:
-            return native.allreduce(tensors, opts)
-        op = _op_of(opts)
-        self._check_op(op, "allreduce")
-        group = self._group(_device_type(tensors, "allreduce"))
 
         def job() -> list[torch.Tensor]:
             for t in tensors:
-                self._allreduce_one(group, t, op, opts)
+                self._allreduce_one(call.group, t, call.op)
             return tensors
 
-        return self._submit("allreduce", tensors, job, opts)
+        return job
 
-    def _allreduce_one(self, group: dist.ProcessGroup, t: torch.Tensor, op: Any, opts: Any) -> None:
+    def _allreduce_one(self, group: dist.ProcessGroup, t: torch.Tensor, op: Any) -> None:
         flat = _flat(t)
         self._execute(Kind.ALLREDUCE, group, flat, op=op, nbytes=_nbytes(flat))
         _write_back(t, flat)
 
-    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+    @_collective("allreduce_coalesced", _c10d.AllreduceCoalescedOptions, lambda tensors: tensors, reduces=True)
+    def allreduce_coalesced(self, call: _Call, tensors: list[torch.Tensor]) -> Job:
         """``dist.all_reduce_coalesced`` and the coalescing manager: one allreduce per dtype over the concatenation."""
-        opts = opts if opts is not None else _c10d.AllreduceCoalescedOptions()
-        native = self._native(tensors, "allreduce_coalesced")
-        if native is not None:
-            return native.allreduce_coalesced(tensors, opts)
-        op = _op_of(opts)
-        self._check_op(op, "allreduce_coalesced")
-        group = self._group(_device_type(tensors, "allreduce_coalesced"))
-        single = _c10d.AllreduceOptions()
-        single.reduceOp = opts.reduceOp
 
         def job() -> list[torch.Tensor]:
             by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
@@ -560,43 +423,32 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 by_dtype.setdefault(t.dtype, []).append(t)
             for same in by_dtype.values():
                 flat = torch.cat([t.reshape(-1) for t in same])
-                self._allreduce_one(group, flat, op, single)
+                self._allreduce_one(call.group, flat, call.op)
                 for t, piece in zip(same, flat.split([t.numel() for t in same]), strict=True):
                     t.copy_(piece.view(t.shape))
             return tensors
 
-        return self._submit("allreduce_coalesced", tensors, job, opts)
+        return job
 
     # ------------------------------------------------------------------ broadcast / reduce
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
+    @_collective("broadcast", _c10d.BroadcastOptions, lambda tensors: tensors, rooted=True)
+    def broadcast(self, call: _Call, tensors: list[torch.Tensor]) -> Job:
         """``dist.broadcast``: the broadcast schedule rooted at ``opts.rootRank``."""
-        opts = opts if opts is not None else _c10d.BroadcastOptions()
-        native = self._native(tensors, "broadcast")
-        if native is not None:
-            return native.broadcast(tensors, opts)
-        root = self._check_root(opts.rootRank, "broadcast")
-        group = self._group(_device_type(tensors, "broadcast"))
 
         def job() -> list[torch.Tensor]:
             for t in tensors:
                 flat = _flat(t)
-                self._execute(Kind.BROADCAST, group, flat, root=root, nbytes=_nbytes(flat))
+                self._execute(Kind.BROADCAST, call.group, flat, root=call.root, nbytes=_nbytes(flat))
                 _write_back(t, flat)
             return tensors
 
-        return self._submit("broadcast", tensors, job, opts)
+        return job
 
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
+    @_collective("reduce", _c10d.ReduceOptions, lambda tensors: tensors, reduces=True, rooted=True)
+    def reduce(self, call: _Call, tensors: list[torch.Tensor]) -> Job:
         """``dist.reduce``: the reduce schedule to ``opts.rootRank`` (direct if none is registered)."""
-        opts = opts if opts is not None else _c10d.ReduceOptions()
-        native = self._native(tensors, "reduce")
-        if native is not None:
-            return native.reduce(tensors, opts)
-        root = self._check_root(opts.rootRank, "reduce")
-        op = _op_of(opts)
-        self._check_op(op, "reduce")
-        group = self._group(_device_type(tensors, "reduce"))
+        root = call.root
 
         def job() -> list[torch.Tensor]:
             for t in tensors:
@@ -604,35 +456,31 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 # The schedule may leave partial sums in non-root buffers; torch
                 # promises nothing there, but we keep the caller's data intact.
                 work = flat if self.rank() == root else flat.clone()
-                self._execute(Kind.REDUCE, group, work, op=op, root=root, nbytes=_nbytes(work))
+                self._execute(Kind.REDUCE, call.group, work, op=call.op, root=root, nbytes=_nbytes(work))
                 if self.rank() == root:
                     _write_back(t, flat)
             return tensors
 
-        return self._submit("reduce", tensors, job, opts)
+        return job
 
     # ------------------------------------------------------------------ all-gather
 
-    def allgather(  # type: ignore[override]
-        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
-    ) -> dist.Work:
+    @_collective("allgather", _c10d.AllgatherOptions, lambda outs, ins: ins)
+    def allgather(
+        self, call: _Call, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor]
+    ) -> Job:
         """``dist.all_gather``: the allgather schedule, or direct exchange when the outputs differ in length."""
-        opts = opts if opts is not None else _c10d.AllgatherOptions()
-        native = self._native(input_tensors, "allgather")
-        if native is not None:
-            return native.allgather(output_tensors, input_tensors, opts)
         if len(output_tensors) != len(input_tensors):
             raise ValueError("collsched allgather: one output list per input tensor")
         for outs in output_tensors:
             self._check_count(outs, "allgather output list")
-        group = self._group(_device_type(input_tensors, "allgather"))
 
         def job() -> list[list[torch.Tensor]]:
             for outs, t in zip(output_tensors, input_tensors, strict=True):
-                self._allgather_list(group, outs, t)
+                self._allgather_list(call.group, outs, t)
             return output_tensors
 
-        return self._submit("allgather", input_tensors, job, opts)
+        return job
 
     def _allgather_list(self, group: dist.ProcessGroup, outs: list[torch.Tensor], t: torch.Tensor) -> None:
         _check_same([*outs, t], "allgather")
@@ -648,20 +496,16 @@ class CollschedProcessGroup(dist.ProcessGroup):
         for o, piece in zip(outs, out.chunk(self.size()), strict=True):
             o.copy_(piece.view(o.shape))
 
-    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+    @_collective("all_gather_into_tensor", _c10d.AllgatherOptions, lambda output, input: [output, input])
+    def all_gather_single(self, call: _Call, output: torch.Tensor, input: torch.Tensor) -> Job:
         """``dist.all_gather_into_tensor``: the allgather schedule from ``input`` into ``output``."""
-        opts = opts if opts is not None else _c10d.AllgatherOptions()
-        native = self._native([output, input], "all_gather_into_tensor")
-        if native is not None:
-            return native.all_gather_single(output, input, opts)
         self._check_gather_sizes(output, input, "all_gather_into_tensor")
-        group = self._group(_device_type([input], "all_gather_into_tensor"))
 
         def job() -> list[torch.Tensor]:
-            self._gather_into(group, output, input)
+            self._gather_into(call.group, output, input)
             return [output]
 
-        return self._submit("all_gather_into_tensor", [output, input], job, opts)
+        return job
 
     _allgather_base = all_gather_single
 
@@ -670,63 +514,48 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self._execute(Kind.ALLGATHER, group, _flat(input), out, nbytes=_nbytes(out))
         _write_back(output, out)
 
+    @_collective("allgather_coalesced", _c10d.AllgatherOptions, lambda output_lists, input_list: input_list)
     def allgather_coalesced(
-        self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor], opts: Any = None
-    ) -> dist.Work:
+        self, call: _Call, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor]
+    ) -> Job:
         """``dist.all_gather_coalesced``: one all-gather per input tensor, in one queued job."""
-        opts = opts if opts is not None else _c10d.AllgatherOptions()
-        native = self._native(input_list, "allgather_coalesced")
-        if native is not None:
-            return native.allgather_coalesced(output_lists, input_list, opts)
         if len(output_lists) != self.size():
             raise ValueError(
                 f"collsched allgather_coalesced: expected {self.size()} output lists, got {len(output_lists)}"
             )
-        group = self._group(_device_type(input_list, "allgather_coalesced"))
 
         def job() -> list[list[torch.Tensor]]:
             for i, t in enumerate(input_list):
-                self._allgather_list(group, [outs[i] for outs in output_lists], t)
+                self._allgather_list(call.group, [outs[i] for outs in output_lists], t)
             return output_lists
 
-        return self._submit("allgather_coalesced", input_list, job, opts)
+        return job
 
-    def all_gather_single_coalesced(
-        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
-    ) -> dist.Work:
+    @_collective("all_gather_into_tensor_coalesced", _c10d.AllgatherOptions, lambda outs, ins: [*outs, *ins])
+    def all_gather_single_coalesced(self, call: _Call, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Job:
         """All-gather each ``inputs[i]`` into ``outputs[i]`` (coalescing manager, functional collectives)."""
-        opts = opts if opts is not None else _c10d.AllgatherOptions()
-        native = self._native([*outputs, *inputs], "all_gather_into_tensor_coalesced")
-        if native is not None:
-            return native.all_gather_single_coalesced(outputs, inputs, opts)
         for o, i in zip(outputs, inputs, strict=True):
             self._check_gather_sizes(o, i, "all_gather_into_tensor_coalesced")
-        group = self._group(_device_type(inputs, "all_gather_into_tensor_coalesced"))
 
         def job() -> list[torch.Tensor]:
             for o, i in zip(outputs, inputs, strict=True):
-                self._gather_into(group, o, i)
+                self._gather_into(call.group, o, i)
             return outputs
 
-        return self._submit("all_gather_into_tensor_coalesced", [*outputs, *inputs], job, opts)
+        return job
 
-    allgather_into_tensor_coalesced = all_gather_single_coalesced  # type: ignore[assignment]
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     # ------------------------------------------------------------------ reduce-scatter
 
-    def reduce_scatter(  # type: ignore[override]
-        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
-    ) -> dist.Work:
+    @_collective("reduce_scatter", _c10d.ReduceScatterOptions, lambda outs, ins: outs, reduces=True)
+    def reduce_scatter(
+        self, call: _Call, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]]
+    ) -> Job:
         """``dist.reduce_scatter``: the reducescatter schedule, or direct exchange for uneven pieces."""
-        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
-        native = self._native(output_tensors, "reduce_scatter")
-        if native is not None:
-            return native.reduce_scatter(output_tensors, input_tensors, opts)
-        op = _op_of(opts)
-        self._check_op(op, "reduce_scatter")
         for ins in input_tensors:
             self._check_count(ins, "reduce_scatter input list")
-        group = self._group(_device_type(output_tensors, "reduce_scatter"))
+        group, op = call.group, call.op
 
         def job() -> list[torch.Tensor]:
             for out, ins in zip(output_tensors, input_tensors, strict=True):
@@ -743,67 +572,53 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 _write_back(out, flat)
             return output_tensors
 
-        return self._submit("reduce_scatter", output_tensors, job, opts)
+        return job
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+    @_collective("reduce_scatter_tensor", _c10d.ReduceScatterOptions, lambda output, input: [output, input],
+                 reduces=True)
+    def reduce_scatter_single(self, call: _Call, output: torch.Tensor, input: torch.Tensor) -> Job:
         """``dist.reduce_scatter_tensor``: the reducescatter schedule from ``input`` into ``output``."""
-        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
-        native = self._native([output, input], "reduce_scatter_tensor")
-        if native is not None:
-            return native.reduce_scatter_single(output, input, opts)
-        op = _op_of(opts)
-        self._check_op(op, "reduce_scatter_tensor")
         self._check_gather_sizes(input, output, "reduce_scatter_tensor")
-        group = self._group(_device_type([input], "reduce_scatter_tensor"))
 
         def job() -> list[torch.Tensor]:
-            self._scatter_from(group, output, input, op)
+            self._scatter_from(call.group, output, input, call.op)
             return [output]
 
-        return self._submit("reduce_scatter_tensor", [output, input], job, opts)
+        return job
 
-    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
+    _reduce_scatter_base = reduce_scatter_single
 
     def _scatter_from(self, group: dist.ProcessGroup, output: torch.Tensor, input: torch.Tensor, op: Any) -> None:
         out = _flat(output)
         self._execute(Kind.REDUCESCATTER, group, _flat(input), out, op=op, nbytes=_nbytes(input))
         _write_back(output, out)
 
+    @_collective("reduce_scatter_tensor_coalesced", _c10d.ReduceScatterOptions, lambda outs, ins: [*outs, *ins],
+                 reduces=True)
     def reduce_scatter_single_coalesced(
-        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
-    ) -> dist.Work:
+        self, call: _Call, outputs: list[torch.Tensor], inputs: list[torch.Tensor]
+    ) -> Job:
         """Reduce-scatter each ``inputs[i]`` into ``outputs[i]`` (coalescing manager, functional collectives)."""
-        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
-        native = self._native([*outputs, *inputs], "reduce_scatter_tensor_coalesced")
-        if native is not None:
-            return native.reduce_scatter_single_coalesced(outputs, inputs, opts)
-        op = _op_of(opts)
-        self._check_op(op, "reduce_scatter_tensor_coalesced")
         for o, i in zip(outputs, inputs, strict=True):
             self._check_gather_sizes(i, o, "reduce_scatter_tensor_coalesced")
-        group = self._group(_device_type(inputs, "reduce_scatter_tensor_coalesced"))
 
         def job() -> list[torch.Tensor]:
             for o, i in zip(outputs, inputs, strict=True):
-                self._scatter_from(group, o, i, op)
+                self._scatter_from(call.group, o, i, call.op)
             return outputs
 
-        return self._submit("reduce_scatter_tensor_coalesced", [*outputs, *inputs], job, opts)
+        return job
 
-    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # type: ignore[assignment]
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     # ------------------------------------------------------------------ gather / scatter
 
-    def gather(  # type: ignore[override]
-        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
-    ) -> dist.Work:
+    @_collective("gather", _c10d.GatherOptions, lambda outs, ins: ins, rooted=True)
+    def gather(
+        self, call: _Call, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor]
+    ) -> Job:
         """``dist.gather``: the gather schedule to ``opts.rootRank`` (direct when none is registered or uneven)."""
-        opts = opts if opts is not None else _c10d.GatherOptions()
-        native = self._native(input_tensors, "gather")
-        if native is not None:
-            return native.gather(output_tensors, input_tensors, opts)
-        root = self._check_root(opts.rootRank, "gather")
-        me = self.rank()
+        root, me = call.root, self.rank()
         if me == root:
             if len(output_tensors) != 1:
                 raise ValueError("collsched gather: the root needs exactly one gather_list")
@@ -812,30 +627,25 @@ class CollschedProcessGroup(dist.ProcessGroup):
             raise ValueError(f"collsched gather: gather_list must be empty on non-root rank {me}")
         (t,) = input_tensors
         outs = output_tensors[0] if me == root else None
-        group = self._group(_device_type(input_tensors, "gather"))
 
         def job() -> list[list[torch.Tensor]]:
             if outs is not None and any(o.numel() != t.numel() for o in outs):
                 # Only the root knows the sizes; torch's gloo rejects this case, and so do we.
                 raise ValueError("collsched gather: every gather_list tensor must have the input's size")
             out = torch.empty(self.size() * t.numel(), dtype=t.dtype, device=t.device) if outs is not None else None
-            self._execute(Kind.GATHER, group, _flat(t), out, root=root, nbytes=_nbytes(t) * self.size())
+            self._execute(Kind.GATHER, call.group, _flat(t), out, root=root, nbytes=_nbytes(t) * self.size())
             for o, piece in zip(outs or [], out.chunk(self.size()) if out is not None else [], strict=True):
                 o.copy_(piece.view(o.shape))
             return output_tensors
 
-        return self._submit("gather", input_tensors, job, opts)
+        return job
 
-    def scatter(  # type: ignore[override]
-        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
-    ) -> dist.Work:
+    @_collective("scatter", _c10d.ScatterOptions, lambda outs, ins: outs, rooted=True)
+    def scatter(
+        self, call: _Call, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]]
+    ) -> Job:
         """``dist.scatter``: the scatter schedule from ``opts.rootRank`` (direct when none is registered or uneven)."""
-        opts = opts if opts is not None else _c10d.ScatterOptions()
-        native = self._native(output_tensors, "scatter")
-        if native is not None:
-            return native.scatter(output_tensors, input_tensors, opts)
-        root = self._check_root(opts.rootRank, "scatter")
-        me = self.rank()
+        root, me = call.root, self.rank()
         if me == root:
             if len(input_tensors) != 1:
                 raise ValueError("collsched scatter: the root needs exactly one scatter_list")
@@ -844,38 +654,31 @@ class CollschedProcessGroup(dist.ProcessGroup):
             raise ValueError(f"collsched scatter: scatter_list must be empty on non-root rank {me}")
         (t,) = output_tensors
         ins = input_tensors[0] if me == root else None
-        group = self._group(_device_type(output_tensors, "scatter"))
 
         def job() -> list[torch.Tensor]:
             if ins is not None and any(i.numel() != t.numel() for i in ins):
                 raise ValueError("collsched scatter: every scatter_list tensor must have the output's size")
             flat = _flat(t)
             src = torch.cat([i.reshape(-1) for i in ins]) if ins is not None else None
-            self._execute(Kind.SCATTER, group, src, flat, root=root, nbytes=_nbytes(t) * self.size())
+            self._execute(Kind.SCATTER, call.group, src, flat, root=root, nbytes=_nbytes(t) * self.size())
             _write_back(t, flat)
             return output_tensors
 
-        return self._submit("scatter", output_tensors, job, opts)
+        return job
 
     # ------------------------------------------------------------------ all-to-all
 
-    def alltoall(
-        self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any = None
-    ) -> dist.Work:
+    @_collective("all_to_all", _c10d.AllToAllOptions, lambda outs, ins: [*outs, *ins])
+    def alltoall(self, call: _Call, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor]) -> Job:
         """``dist.all_to_all``: the alltoall schedule, or direct exchange for uneven pieces."""
-        opts = opts if opts is not None else _c10d.AllToAllOptions()
-        native = self._native([*output_tensors, *input_tensors], "all_to_all")
-        if native is not None:
-            return native.alltoall(output_tensors, input_tensors, opts)
         self._check_count(output_tensors, "all_to_all output list")
         self._check_count(input_tensors, "all_to_all input list")
-        group = self._group(_device_type(input_tensors, "all_to_all"))
 
         def job() -> list[torch.Tensor]:
-            self._alltoall_pieces(group, output_tensors, input_tensors)
+            self._alltoall_pieces(call.group, output_tensors, input_tensors)
             return output_tensors
 
-        return self._submit("all_to_all", [*output_tensors, *input_tensors], job, opts)
+        return job
 
     def _alltoall_pieces(
         self, group: dist.ProcessGroup, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]
@@ -895,30 +698,26 @@ class CollschedProcessGroup(dist.ProcessGroup):
         for o, f in zip(outs, flats, strict=True):
             _write_back(o, f)
 
+    @_collective("all_to_all_single", _c10d.AllToAllOptions, lambda output, input, outs, ins: [output, input])
     def all_to_all_single(
         self,
+        call: _Call,
         output: torch.Tensor,
         input: torch.Tensor,
         output_split_sizes: list[int],
         input_split_sizes: list[int],
-        opts: Any = None,
-    ) -> dist.Work:
+    ) -> Job:
         """``dist.all_to_all_single``: the alltoall schedule for even splits, direct exchange otherwise."""
-        opts = opts if opts is not None else _c10d.AllToAllOptions()
-        native = self._native([output, input], "all_to_all_single")
-        if native is not None:
-            return native.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
         outs = self._split_rows(output, list(output_split_sizes), "output")
         ins = self._split_rows(input, list(input_split_sizes), "input")
-        group = self._group(_device_type([input], "all_to_all_single"))
 
         def job() -> list[torch.Tensor]:
-            self._alltoall_pieces(group, outs, ins)
+            self._alltoall_pieces(call.group, outs, ins)
             return [output]
 
-        return self._submit("all_to_all_single", [output, input], job, opts)
+        return job
 
-    alltoall_base = all_to_all_single  # type: ignore[assignment]
+    alltoall_base = all_to_all_single
 
     def _split_rows(self, t: torch.Tensor, splits: list[int], what: str) -> list[torch.Tensor]:
         """The p pieces of ``t`` along dim 0: equal when ``splits`` is empty (as torch's API)."""
@@ -1004,7 +803,7 @@ class CollschedProcessGroup(dist.ProcessGroup):
         self._closed = True
         self._queue.close(_SHUTDOWN_TIMEOUT_S)
         for inner in self._inner.values():
-            _forget_inner_group(inner)
+            forget_inner_group(inner)
         self._inner.clear()
         _LIVE.discard(self)
 
@@ -1019,51 +818,11 @@ class CollschedProcessGroup(dist.ProcessGroup):
                 inner.abort()
             except RuntimeError:  # gloo has no abort in some torch versions; shutdown below still runs
                 pass
-            _forget_inner_group(inner)
+            forget_inner_group(inner)
         self._inner.clear()
         _LIVE.discard(self)
 
 
-def _pieces(t: torch.Tensor, p: int) -> list[torch.Tensor]:
-    """The p equal consecutive pieces of a 1-D tensor (also when it is empty)."""
-    return list(t.view(p, -1).unbind(0))
-
-
-def _direct(
-    kind: Kind,
-    group: dist.ProcessGroup,
-    tensor: torch.Tensor | None,
-    output: torch.Tensor | None,
-    *,
-    op: Any,
-    root: int | None,
-) -> None:
-    """The point-to-point implementation of one kind, with ``runners.runner.run``'s tensor arguments."""
-    p, root = group.size(), root or 0
-    if kind is Kind.BARRIER:
-        direct.barrier(group)
-    elif kind is Kind.SCATTER:
-        direct.scatter(group, _given(output), None if tensor is None else _pieces(tensor, p), root)
-    elif kind is Kind.GATHER:
-        direct.gather(group, None if output is None else _pieces(output, p), _given(tensor), root)
-    elif kind is Kind.ALLREDUCE:
-        direct.allreduce(group, _given(tensor), op)
-    elif kind is Kind.BROADCAST:
-        direct.broadcast(group, _given(tensor), root)
-    elif kind is Kind.REDUCE:
-        direct.reduce(group, _given(tensor), root, op)
-    elif kind is Kind.ALLGATHER:
-        direct.allgather(group, _pieces(_given(output), p), _given(tensor))
-    elif kind is Kind.REDUCESCATTER:
-        direct.reduce_scatter(group, _given(output), _pieces(_given(tensor), p), op)
-    else:
-        direct.alltoall(group, _pieces(_given(output), p), _pieces(_given(tensor), p))
-
-
-def _given(t: torch.Tensor | None) -> torch.Tensor:
-    if t is None:
-        raise ValueError("collsched: a tensor argument is missing")
-    return t
 
 def settle(seconds: float = 0.2) -> None:
     """Let gloo's worker threads release what DDP left them; call after dropping DDP, before destroying groups.

@@ -20,9 +20,12 @@ contiguous tensors; ``runners.backend`` prepares both.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from algorithms.ir import Kind
 
 __all__ = [
     "allgather",
@@ -35,6 +38,7 @@ __all__ = [
     "gather",
     "reduce",
     "reduce_scatter",
+    "run_kind",
     "scatter",
 ]
 
@@ -167,3 +171,45 @@ def barrier(group: dist.ProcessGroup) -> None:
     p = group.size()
     token = torch.ones(1, dtype=torch.uint8)
     allgather(group, [torch.empty(1, dtype=torch.uint8) for _ in range(p)], token)
+
+
+def _pieces(t: torch.Tensor, p: int) -> list[torch.Tensor]:
+    """The p equal consecutive pieces of a 1-D tensor (also when it is empty)."""
+    return list(t.view(p, -1).unbind(0))
+
+
+def run_kind(
+    kind: Kind,
+    group: dist.ProcessGroup,
+    tensor: torch.Tensor | None,
+    output: torch.Tensor | None,
+    *,
+    op: Any,
+    root: int | None,
+) -> None:
+    """The point-to-point implementation of one kind, with ``runners.runner.run``'s tensor arguments."""
+    p, root = group.size(), root or 0
+    if kind is Kind.BARRIER:
+        barrier(group)
+    elif kind is Kind.SCATTER:
+        scatter(group, _given(output), None if tensor is None else _pieces(tensor, p), root)
+    elif kind is Kind.GATHER:
+        gather(group, None if output is None else _pieces(output, p), _given(tensor), root)
+    elif kind is Kind.ALLREDUCE:
+        allreduce(group, _given(tensor), op)
+    elif kind is Kind.BROADCAST:
+        broadcast(group, _given(tensor), root)
+    elif kind is Kind.REDUCE:
+        reduce(group, _given(tensor), root, op)
+    elif kind is Kind.ALLGATHER:
+        allgather(group, _pieces(_given(output), p), _given(tensor))
+    elif kind is Kind.REDUCESCATTER:
+        reduce_scatter(group, _given(output), _pieces(_given(tensor), p), op)
+    else:
+        alltoall(group, _pieces(_given(output), p), _pieces(_given(tensor), p))
+
+
+def _given(t: torch.Tensor | None) -> torch.Tensor:
+    if t is None:
+        raise ValueError("collsched: a tensor argument is missing")
+    return t
