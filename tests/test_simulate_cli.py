@@ -217,3 +217,60 @@ def test_list_imports_nothing_heavy() -> None:
             "print(sorted(m for m in ('simpy', 'matplotlib', 'networkx', 'tqdm', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("argv", [
+    ["list"],
+    ["verify", "-c", "allreduce", "-a", "ring", "-p", "4"],
+    ["simulate", "-c", "allreduce", "-a", "ring", "-t", "ring:4", "--size", "1MiB"],
+    ["sweep", "-c", "allreduce", "-t", "ring:4", "--sizes", "1KiB"],
+])
+def test_torch_free_commands_import_no_torch(argv: list[str]) -> None:
+    code = ("import sys; from runners.cli import main; code = main(sys.argv[1:]); "
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "NO-TORCH"
+
+
+@pytest.mark.parametrize("argv", [
+    # 2(p-1)p = 20,200 transfers on 101 ranks: above the engine's 20,000-transfer threshold for a bar.
+    ["simulate", "-c", "allreduce", "-a", "ring", "-t", "ring:101", "--size", "64MiB", "--json"],
+    ["sweep", "-c", "allreduce", "-t", "ring:4", "--sizes", "1KiB:1MiB", "--json"],
+])
+def test_json_into_a_pipe_draws_no_progress_bar(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                argv: list[str]) -> None:
+    import tqdm
+
+    made: list[object] = []
+
+    class Recorder(tqdm.tqdm):  # type: ignore[misc]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", Recorder)  # stderr is captured here: not a terminal
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and json.loads(out)["ok"] is True
+    assert made == [] and "\r" not in err
+
+
+def test_progress_bars_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from sim import progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert not progress.wanted()
+    with progress.bar(10, unit="run") as b:  # a silent stand-in: writes nothing
+        b.update(10)
+    assert sys.stderr.getvalue() == ""
+    monkeypatch.setattr(sys, "stderr", Tty())
+    assert progress.wanted() and not progress.wanted(False)
+    assert type(progress.bar(10, unit="run", enabled=False)).__name__ == "_Silent"
+    assert type(progress.bar(10, unit="run")).__name__ == "tqdm"
