@@ -11,28 +11,15 @@ from hypothesis import strategies as st
 
 from algorithms import registry
 from algorithms.ir import Schedule
+from sim import strategies as cst
 from sim.dataflow import dataflow_graph
 from sim.engine import Faults, simulate
 from sim.topology_strategies import topologies
 
 
-@st.composite
-def schedules(draw: st.DrawFn) -> Schedule:
-    """A registered algorithm, built for a random p, root and chunk count it supports."""
-    p = draw(st.integers(1, 9))
-    usable = [a for a in registry.algorithms() if a.unsupported(p) is None]
-    alg = draw(st.sampled_from(usable))
-    params = {}
-    if any(x.name == "chunks" for x in alg.parameters):
-        params["chunks"] = draw(st.integers(1, 3))
-    if alg.unsupported(p, params) is not None:
-        params = {}
-    root = draw(st.integers(0, p - 1)) if alg.kind.value in ("broadcast", "reduce", "scatter", "gather") else None
-    return alg.build(p, root=root, **params)
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), schedule=schedules(), mode=st.sampled_from(["dataflow", "lockstep"]))
+@given(data=st.data(), schedule=cst.schedules(max_ranks=9, max_chunks=3),
+       mode=st.sampled_from(["dataflow", "lockstep"]))
 def test_random_networks_never_break_the_postcondition(data: st.DataObject, schedule: Schedule, mode: str) -> None:
     topo = data.draw(topologies(schedule.ranks))
     size = data.draw(st.sampled_from([0.0, 1.0, 1000.0, 2.0**20, 3e8]))

@@ -17,8 +17,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from algorithms import registry
 from algorithms.ir import Op, Schedule
+from sim import strategies as cst
 from sim.dataflow import dataflow_graph
 from sim.engine import Faults, chunk_bytes, simulate
 from sim.topology import Topology
@@ -126,14 +126,8 @@ def reference(schedule: Schedule, topo: Topology, size: float, *, mode: str, ove
 
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[Schedule, Topology]:
-    p = draw(st.integers(1, 6))
-    usable = [a for a in registry.algorithms() if a.unsupported(p) is None]
-    alg = draw(st.sampled_from(usable))
-    params = {"chunks": draw(st.integers(1, 2))} if any(x.name == "chunks" for x in alg.parameters) else {}
-    if alg.unsupported(p, params) is not None:
-        params = {}
-    rooted = alg.kind.value in ("broadcast", "reduce", "scatter", "gather")
-    schedule = alg.build(p, root=draw(st.integers(0, p - 1)) if rooted else None, **params)
+    schedule = draw(cst.schedules(max_ranks=6, max_chunks=2))
+    p = schedule.ranks
     return schedule, draw(topologies(p, max_switches=2, min_bandwidth=1.0, max_bandwidth=100.0, max_latency=5.0))
 
 

@@ -17,6 +17,7 @@ from algorithms.allreduce import _dbt_parents, _tree_shape
 from algorithms.ir import ROOTED_KINDS, Buf, Op, Schedule
 from runners.cli import main
 from sim import mutate as mutation
+from sim import strategies as cst
 from sim.dataflow import differences
 from sim.verify import verify
 
@@ -24,19 +25,11 @@ ALGORITHMS = [(a.kind.value, a.name) for a in registry.algorithms()]
 KINDS_WITH_NEW_FAMILIES = {"reduce", "scatter", "gather", "alltoall"}
 
 
-@st.composite
-def instances(draw: st.DrawFn, kind: str, name: str, max_ranks: int = 64) -> Schedule:
+def instances(kind: str, name: str, max_ranks: int = 64) -> st.SearchStrategy[Schedule]:
     """A schedule of one algorithm at a drawn world size, root, chunk count and (if any) group size."""
-    algo = registry.get(kind, name)
-    p = draw(st.integers(1, max_ranks))
-    params = {}
-    names = {prm.name for prm in algo.parameters}
-    if "chunks" in names:
-        params["chunks"] = draw(st.integers(1, 4))
-    if "group" in names:
-        params["group"] = draw(st.integers(1, 9))
-    root = draw(st.integers(0, p - 1)) if algo.kind in ROOTED_KINDS else None
-    return algo.build(p, root=root, **params)
+    algo = registry.get(kind, name)  # an unknown name fails here, never skips
+    caps = {"group": 9} if any(prm.name == "group" for prm in algo.parameters) else None
+    return cst.schedules(kinds=[kind], names=[name], max_ranks=max_ranks, max_chunks=4, max_params=caps)
 
 
 def _correct_in_any_order(schedule: Schedule, seed: int) -> None:
