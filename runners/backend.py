@@ -272,8 +272,8 @@ class CollschedProcessGroup(dist.ProcessGroup):
         """``schedule`` if the backend string maps ``device`` to collsched, else the backend it names."""
         if self._modes is None:
             try:
-                config = dist.get_backend_config(self)
-            except (ValueError, RuntimeError, AssertionError, KeyError):
+                config = dist.get_backend_config(self)  # TypeError: a group made outside torch's tables
+            except (ValueError, RuntimeError, AssertionError, KeyError, TypeError):
                 config = BACKEND_NAME
             modes: dict[str, str] = {}
             for pair in config.split(","):
