@@ -344,6 +344,7 @@ def _refuse(report: Any, as_json: bool, prog: str) -> int:
 
 
 def _worker(rank: int, schedule: Schedule, args: argparse.Namespace) -> list[dict[str, Any]]:
+    registry.import_modules(args.imports)  # the user's modules in every rank, as in the parent
     return measure(schedule, parse_sizes(args.sizes), dtype=args.dtype, iters=args.iters, warmup=args.warmup,
                    timeout=args.timeout, check=args.check)
 

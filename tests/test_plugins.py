@@ -1,0 +1,160 @@
+"""User algorithms from outside the project: ``--import``, ``COLLSCHED_IMPORT`` and installed entry points.
+
+Everything runs as a user would: the module ``my_algos.py`` sits in a temporary
+directory, the working directory is that directory, and ``collsched`` is the
+installed command run with ``PYTHONPATH`` set to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A user's ring all-reduce under a name the library does not have (the README's example, renamed).
+MY_ALGOS = '''
+import os
+from algorithms import Collective, Kind, ScheduleBuilder
+from algorithms.registry import register
+
+open(f"imported-by-{os.getpid()}", "w").close()   # lets the test count the processes that imported it
+
+@register(Kind.ALLREDUCE, "user-ring", source="a user's module")
+def user_ring(ranks: int, *, chunks: int = 1):
+    p = ranks
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p), "user-ring")
+    for s in range(p - 1):                      # reduce-scatter
+        with b.step():
+            for r in range(p):
+                b.reduce(r, (r + 1) % p, (r - s) % p)
+    for s in range(p - 1):                      # all-gather
+        with b.step():
+            for r in range(p):
+                b.copy(r, (r + 1) % p, (r + 1 - s) % p)
+    return b.build()
+'''
+
+
+def _collsched() -> list[str]:
+    script = Path(sys.executable).parent / "collsched"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "runners.cli"]
+
+
+def _run(cwd: Path, *argv: str, env: dict[str, str] | None = None,
+         pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("COLLSCHED_IMPORT", "PYTHONPATH")}
+    environ["PYTHONPATH"] = os.pathsep.join([pythonpath or str(cwd), str(ROOT)])
+    environ.update(env or {})
+    return subprocess.run([*_collsched(), *argv], cwd=cwd, env=environ, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "my_algos.py").write_text(MY_ALGOS)
+    return tmp_path
+
+
+@pytest.mark.multiprocess
+def test_verify_export_simulate_and_sweep_a_user_algorithm(home: Path) -> None:
+    # Without the module the name is unknown, and the error says how to bring it in.
+    bare = _run(home, "verify", "-c", "allreduce", "-a", "user-ring", "-p", "5")
+    assert bare.returncode == 2 and "unknown algorithm 'user-ring'" in bare.stderr and "--import" in bare.stderr
+    missing = _run(home, "verify", "-c", "allreduce", "-a", "ring", "-p", "5", "--import", "no_such_algos")
+    assert missing.returncode == 2 and "cannot import module 'no_such_algos'" in missing.stderr
+
+    done = _run(home, "verify", "-c", "allreduce", "-a", "user-ring", "-p", "5", "--import", "my_algos", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+    # The environment variable does the same.
+    done = _run(home, "verify", "-c", "allreduce", "-a", "user-ring", "-p", "5", env={"COLLSCHED_IMPORT": "my_algos"})
+    assert done.returncode == 0 and "OK" in done.stdout, done.stderr
+
+    done = _run(home, "export", "-c", "allreduce", "-a", "user-ring", "-p", "4", "-o", "mine.json",
+                "--import", "my_algos")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((home / "mine.json").read_text())["name"] == "user-ring"
+
+    # uring:4, 1 MiB at 1 GB/s and 1 us: 2(p-1) steps of alpha + n/(p bw), worked by hand.
+    done = _run(home, "simulate", "-c", "allreduce", "-a", "user-ring", "-t", "uring:4", "--size", "1MiB",
+                "--bandwidth", "1GB/s", "--latency", "1us", "--import", "my_algos", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["time_s"] == pytest.approx(6 * (1e-6 + 2**20 / 4 / 1e9), rel=1e-9)
+
+    done = _run(home, "sweep", "-c", "allreduce", "-t", "uring:4", "--sizes", "1KiB,1MiB", "--bandwidth", "1GB/s",
+                "--latency", "1us", "--file", "mine.json", "--plot", "sweep.png", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert "user-ring [mine.json]" in doc["algorithms"] and "ring" in doc["algorithms"]
+    mine = {r["size"]: r["time_s"] for r in doc["results"] if r["algorithm"] == "user-ring [mine.json]"}
+    assert mine[2**20] == pytest.approx(6 * (1e-6 + 2**20 / 4 / 1e9), rel=1e-9)
+    assert (home / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+    text = _run(home, "sweep", "-c", "allreduce", "-t", "uring:4", "--sizes", "1KiB", "--file", "mine.json",
+                "--algorithms", "user-ring,ring", "--import", "my_algos")
+    assert text.returncode == 0, text.stderr
+    header = text.stdout.splitlines()[1]
+    assert "user-ring" in header and "user-ring [mine.json]" in header
+
+    # A file of another kind or world size is refused, naming the file.
+    done = _run(home, "sweep", "-c", "allgather", "-t", "uring:4", "--sizes", "1KiB", "--file", "mine.json")
+    assert done.returncode == 2 and "--file mine.json: the schedule is allreduce, the sweep is allgather" in done.stderr
+    done = _run(home, "sweep", "-c", "allreduce", "-t", "uring:5", "--sizes", "1KiB", "--file", "mine.json")
+    assert done.returncode == 2 and "the schedule has 4 ranks, the topology 5" in done.stderr
+
+
+@pytest.mark.multiprocess
+def test_bench_a_user_algorithm_on_two_ranks(home: Path) -> None:
+    done = _run(home, "bench", "--nproc", "2", "-c", "allreduce", "-a", "user-ring", "--import", "my_algos",
+                "--sizes", "1KiB", "--iters", "1", "--warmup", "0", "--dtype", "int32", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is True and doc["rows"][0]["algorithm"] == "user-ring" and doc["rows"][0]["wrong"] == 0
+    # The parent and both ranks imported the module.
+    assert len(list(home.glob("imported-by-*"))) == 3
+
+
+def _dist_info(site: Path, value: str) -> None:
+    info = site / "user_algos-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: user-algos\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[collsched.algorithms]\nuser = {value}\n")
+
+
+@pytest.mark.multiprocess
+def test_an_installed_entry_point_registers_without_import(home: Path,
+                                                          tmp_path_factory: pytest.TempPathFactory) -> None:
+    site = tmp_path_factory.mktemp("site")
+    (site / "my_algos.py").write_text(MY_ALGOS)
+    _dist_info(site, "my_algos")
+    done = _run(home, "list", "--json", pythonpath=str(site))
+    assert done.returncode == 0, done.stderr
+    assert {"collective": "allreduce", "algorithm": "user-ring"}.items() <= next(
+        r for r in json.loads(done.stdout)["algorithms"] if r["algorithm"] == "user-ring").items()
+    done = _run(home, "verify", "-c", "allreduce", "-a", "user-ring", "-p", "3", pythonpath=str(site))
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.multiprocess
+def test_an_entry_point_calling_a_function(home: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    site = tmp_path_factory.mktemp("site")
+    (site / "lazy_algos.py").write_text("def load():\n    import my_algos  # noqa: F401\n")
+    (site / "my_algos.py").write_text(MY_ALGOS)
+    _dist_info(site, "lazy_algos:load")
+    done = _run(home, "verify", "-c", "allreduce", "-a", "user-ring", "-p", "3", pythonpath=str(site))
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.multiprocess
+def test_a_broken_entry_point_is_named(home: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    site = tmp_path_factory.mktemp("site")
+    _dist_info(site, "gone_algos")
+    done = _run(home, "list", pythonpath=str(site))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "entry point user = gone_algos (group collsched.algorithms)" in done.stderr
+    assert "No module named 'gone_algos'" in done.stderr
