@@ -1,0 +1,981 @@
+"""MSCCL-IR XML interop: import the field's schedules, export ours, and check that a file can run.
+
+MSCCL-IR (msccl-tools' MSCCLang, TACCL, TE-CCL and ForestColl emit it; Microsoft's
+MSCCL executor for NCCL and AMD's RCCL run it) describes a collective as, per GPU,
+thread blocks (``tb``) that each run a list of ``step``s in order: sends to one
+peer, receives from one peer, local copies and reductions, with ``depid``/``deps``
+waits on other thread blocks of the same GPU. docs/design.md ("MSCCL-IR mapping")
+describes the mapping onto collsched's steps in full; in short:
+
+- **Import** (``load_msccl``): every matched send/receive pair (the k-th send on a
+  (channel, sender, receiver) connection meets the k-th receive) becomes one
+  transfer; local ``cpy``/``re`` become local transfers; ``rrs`` (reduce and
+  forward without storing) goes through a fresh scratch slot. Each transfer is
+  placed at the earliest lockstep step consistent with every happens-before edge
+  (thread-block order, ``depid``, message matching) and with the lockstep rule
+  that a step's reads see the state at its start: it follows the steps that wrote
+  what it reads or writes, and may share a step with one that only read.
+- **Export** (``save_msccl``): each remote transfer becomes an ``s`` on the sender
+  and an ``r`` (copy) or ``rrc`` (reduce) on the receiver, each local one a
+  ``cpy``/``re``; thread blocks have one peer each; dependencies are the schedule's
+  dataflow (read-after-write, write-after-write, write-after-read), pruned of
+  those implied by others, carried by ``depid``/``deps`` and ``nop``s.
+- **Check** (``check_msccl``): what would stop the executor or hang it: missing
+  attributes, shared connections, unmatched or mismatched sends and receives,
+  dependencies that are never released, and a run with the runtime's bounded
+  buffering (2 messages per connection for Simple, 8 for LL/LL128) that stalls.
+
+The parser is expat with DOCTYPE declarations rejected (so no entity of any kind
+is expanded and nothing external is read); every failure is a ``ScheduleError``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.parsers import expat
+from xml.sax.saxutils import quoteattr
+
+from algorithms.errors import ScheduleError
+from algorithms.ir import MAX_RANKS, MAX_SLOTS, Buf, Collective, Kind, Op, Schedule, Step, Transfer
+
+__all__ = [
+    "Finding", "Program", "ProgramGpu", "ProgramTb", "ProgramStep",
+    "parse_msccl", "load_msccl", "loads_msccl", "to_schedule", "check_msccl", "dumps_msccl", "save_msccl",
+    "looks_like_xml", "COLLS", "MAX_CNT", "PROTO_SLOTS",
+]
+
+MAX_FILE_BYTES = 256 * 1024 * 1024
+"""Largest XML file accepted (as for JSON schedule files)."""
+MAX_CNT = 71
+"""The executor's limit on a step's ``cnt`` (it must be below 72)."""
+MAX_TBS_PER_CHANNEL = 32
+"""At most this many thread blocks per channel may send, and this many may receive."""
+PROTO_SLOTS = {"Simple": 2, "LL": 8, "LL128": 8}
+"""Messages a connection buffers: 8 slots; a Simple message takes 4, an LL or LL128 message 1."""
+
+COLLS: dict[str, Kind | None] = {
+    "allreduce": Kind.ALLREDUCE,
+    "allgather": Kind.ALLGATHER,
+    "reducescatter": Kind.REDUCESCATTER,
+    "reduce_scatter": Kind.REDUCESCATTER,
+    "alltoall": Kind.ALLTOALL,
+    "custom": None,
+}
+"""The ``coll`` spellings collsched imports (``custom`` for simulation only)."""
+_EXECUTOR_COLLS = frozenset({"allreduce", "allgather", "reducescatter", "alltoall", "reduce", "broadcast",
+                             "gather", "scatter", "send", "recv", "alltoallv"})
+_WIDE = frozenset({Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL})  # m = N in FORMAT.md
+_REQUIRED_ALGO = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
+                  "minBytes", "maxBytes")
+
+# Step types: (receives, sends, reads local src, writes local dst).
+_TYPES: dict[str, tuple[bool, bool, bool, bool]] = {
+    "s": (False, True, True, False),
+    "r": (True, False, False, True),
+    "rcs": (True, True, False, True),
+    "rrs": (True, True, True, False),
+    "rrc": (True, False, True, True),
+    "rrcs": (True, True, True, True),
+    "cpy": (False, False, True, True),
+    "re": (False, False, True, True),
+    "nop": (False, False, False, False),
+}
+_BUFCHARS = {"i": Buf.INPUT, "o": Buf.OUTPUT, "s": Buf.SCRATCH}
+_INT = re.compile(r"-?[0-9]{1,9}")
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+
+@dataclass(slots=True)
+class ProgramStep:
+    """One ``<step>``: its attributes as integers/strings; buffers None when the type does not use them."""
+
+    s: int
+    type: str
+    srcbuf: str | None
+    srcoff: int
+    dstbuf: str | None
+    dstoff: int
+    cnt: int
+    depid: int
+    deps: int
+    hasdep: bool
+    line: int
+
+
+@dataclass(slots=True)
+class ProgramTb:
+    """One ``<tb>``: its peers (-1 for none), channel and steps in document order."""
+
+    id: int
+    send: int
+    recv: int
+    chan: int
+    line: int
+    steps: list[ProgramStep] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProgramGpu:
+    """One ``<gpu>``: its rank, declared buffer sizes in chunks and thread blocks (index = tb id)."""
+
+    id: int
+    i_chunks: int
+    o_chunks: int
+    s_chunks: int
+    line: int
+    tbs: list[ProgramTb] = field(default_factory=list)
+    copies: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Program:
+    """A parsed MSCCL-IR document: the ``<algo>`` attributes (as written) and its gpus by rank."""
+
+    attrs: dict[str, str]
+    ngpus: int
+    chunks: int
+    coll: str
+    proto: str
+    gpus: dict[int, ProgramGpu] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The algorithm's name (``msccl`` when the file gives none)."""
+        return self.attrs.get("name") or "msccl"
+
+    def flag(self, attr: str) -> bool | None:
+        """An ``inplace``/``outofplace`` attribute as a bool; None when absent."""
+        v = self.attrs.get(attr)
+        return None if v is None else v.strip() == "1"
+
+
+class _Reject(Exception):
+    """Raised inside expat handlers; turned into a ScheduleError with the line."""
+
+
+def _int(attrs: dict[str, str], name: str, where: str, default: int | None = None) -> int:
+    v = attrs.get(name)
+    if v is None:
+        if default is not None:
+            return default
+        raise _Reject(f"{where}: missing attribute {name!r}")
+    v = v.strip()
+    if not _INT.fullmatch(v):
+        raise _Reject(f"{where}: attribute {name}={v!r} is not an integer")
+    return int(v)
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.program: Program | None = None
+        self.gpu: ProgramGpu | None = None
+        self.tb: ProgramTb | None = None
+        self.p = expat.ParserCreate()
+        self.p.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+        self.p.StartDoctypeDeclHandler = self._doctype
+        self.p.EntityDeclHandler = self._entity
+        self.p.ExternalEntityRefHandler = self._external
+        self.p.StartElementHandler = self._start
+        self.p.EndElementHandler = self._end
+        self.p.ordered_attributes = False
+
+    def _doctype(self, *args: Any) -> None:
+        raise _Reject("DOCTYPE declarations are not accepted (no entities, no external references)")
+
+    def _entity(self, *args: Any) -> None:
+        raise _Reject("entity declarations are not accepted")
+
+    def _external(self, *args: Any) -> int:
+        raise _Reject("external entity references are not accepted")
+
+    def _start(self, tag: str, attrs: dict[str, str]) -> None:
+        parent = self.stack[-1] if self.stack else None
+        self.stack.append(tag)
+        if parent is None:
+            if tag != "algo":
+                raise _Reject(f"the root element is <{tag}>, not <algo>")
+            ngpus = _int(attrs, "ngpus", "algo")
+            chunks = _int(attrs, "nchunksperloop", "algo")
+            if not 1 <= ngpus <= MAX_RANKS:
+                raise _Reject(f"algo: ngpus={ngpus} out of range 1..{MAX_RANKS}")
+            if not 1 <= chunks <= MAX_SLOTS // ngpus:
+                raise _Reject(f"algo: nchunksperloop={chunks} out of range 1..{MAX_SLOTS // ngpus}")
+            coll = attrs.get("coll")
+            if coll is None:
+                raise _Reject("algo: missing attribute 'coll'")
+            self.program = Program(dict(attrs), ngpus, chunks, coll.strip(), attrs.get("proto", "Simple").strip())
+            return
+        if tag == "gpu":
+            if parent != "algo":
+                raise _Reject(f"<gpu> inside <{parent}>, not <algo>")
+            assert self.program is not None
+            gid = _int(attrs, "id", "gpu")
+            where = f"gpu {gid}"
+            if not 0 <= gid < self.program.ngpus:
+                raise _Reject(f"{where}: id out of range 0..{self.program.ngpus - 1}")
+            if gid in self.program.gpus:
+                raise _Reject(f"{where}: appears twice")
+            sizes = [_int(attrs, k, where, 0) for k in ("i_chunks", "o_chunks", "s_chunks")]
+            for k, v in zip(("i_chunks", "o_chunks", "s_chunks"), sizes, strict=True):
+                if not 0 <= v <= MAX_SLOTS // self.program.ngpus:
+                    raise _Reject(f"{where}: {k}={v} out of range")
+            self.gpu = ProgramGpu(gid, *sizes, line=self.p.CurrentLineNumber)
+            self.program.gpus[gid] = self.gpu
+            return
+        if tag == "tb":
+            if parent != "gpu" or self.gpu is None:
+                raise _Reject(f"<tb> inside <{parent}>, not <gpu>")
+            g = self.gpu
+            tid = _int(attrs, "id", f"gpu {g.id} tb")
+            where = f"gpu {g.id} tb {tid}"
+            if tid != len(g.tbs):
+                raise _Reject(f"{where}: tb ids must run 0, 1, 2, ... without gaps (expected {len(g.tbs)})")
+            send, recv = _int(attrs, "send", where), _int(attrs, "recv", where)
+            chan = _int(attrs, "chan", where, 0)
+            assert self.program is not None
+            for name, peer in (("send", send), ("recv", recv)):
+                if peer == g.id:
+                    raise _Reject(f"{where}: {name} peer is the gpu itself")
+                if not -1 <= peer < self.program.ngpus:
+                    raise _Reject(f"{where}: {name}={peer} out of range -1..{self.program.ngpus - 1}")
+            if not 0 <= chan < 1024:
+                raise _Reject(f"{where}: chan={chan} out of range 0..1023")
+            self.tb = ProgramTb(tid, send, recv, chan, self.p.CurrentLineNumber)
+            g.tbs.append(self.tb)
+            return
+        if tag == "step":
+            if parent != "tb" or self.tb is None or self.gpu is None:
+                raise _Reject(f"<step> inside <{parent}>, not <tb>")
+            self.tb.steps.append(self._step(attrs))
+            return
+        if tag == "copy" and parent == "gpu" and self.gpu is not None:
+            where = f"gpu {self.gpu.id} copy"
+            self.gpu.copies.append((_int(attrs, "i_off", where), _int(attrs, "o_off", where)))
+            return
+        if tag in ("algo",):
+            raise _Reject(f"<{tag}> inside <{parent}>")
+        # Anything else: the executor ignores unknown elements, and so do we.
+
+    def _step(self, attrs: dict[str, str]) -> ProgramStep:
+        assert self.gpu is not None and self.tb is not None
+        pos = len(self.tb.steps)
+        where = f"gpu {self.gpu.id} tb {self.tb.id} step {pos}"
+        kind = attrs.get("type")
+        if kind is None:
+            raise _Reject(f"{where}: missing attribute 'type'")
+        kind = kind.strip()
+        if kind not in _TYPES:
+            raise _Reject(f"{where}: unknown step type {kind!r} (one of {', '.join(_TYPES)})")
+        s = _int(attrs, "s", where)
+        if s != pos:
+            raise _Reject(f"{where}: s={s}, but steps are numbered by position (the runtime's flags count them)")
+        recv, send, reads, writes = _TYPES[kind]
+        srcbuf = dstbuf = None
+        srcoff = dstoff = -1
+        if reads:
+            srcbuf, srcoff = self._buf(attrs, "src", where)
+        if writes:
+            dstbuf, dstoff = self._buf(attrs, "dst", where)
+        cnt = _int(attrs, "cnt", where)
+        if kind != "nop" and not 1 <= cnt <= MAX_SLOTS:
+            raise _Reject(f"{where}: cnt={cnt} must be >= 1")
+        depid = _int(attrs, "depid", where, -1)
+        deps = _int(attrs, "deps", where, -1)
+        hasdep = _int(attrs, "hasdep", where, 0)
+        if hasdep not in (0, 1):
+            raise _Reject(f"{where}: hasdep={hasdep} must be 0 or 1")
+        if send and self.tb.send < 0:
+            raise _Reject(f"{where}: a {kind!r} step sends, but tb {self.tb.id} has send=-1")
+        if recv and self.tb.recv < 0:
+            raise _Reject(f"{where}: a {kind!r} step receives, but tb {self.tb.id} has recv=-1")
+        return ProgramStep(s, kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, bool(hasdep),
+                           self.p.CurrentLineNumber)
+
+    @staticmethod
+    def _buf(attrs: dict[str, str], side: str, where: str) -> tuple[str, int]:
+        b = attrs.get(side + "buf")
+        if b is None:
+            raise _Reject(f"{where}: missing attribute {side}buf")
+        b = b.strip()
+        if b not in _BUFCHARS:
+            raise _Reject(f"{where}: {side}buf={b!r} must be i, o or s")
+        off = _int(attrs, side + "off", where)
+        if off < 0:
+            raise _Reject(f"{where}: {side}off={off} must be >= 0")
+        return b, off
+
+    def _end(self, tag: str) -> None:
+        self.stack.pop()
+        if tag == "tb" and self.stack and self.stack[-1] == "gpu":
+            self.tb = None
+        elif tag == "gpu" and self.stack and self.stack[-1] == "algo":
+            self.gpu = None
+
+    def parse(self, data: str | bytes) -> Program:
+        try:
+            self.p.Parse(data, True)
+        except _Reject as e:
+            raise ScheduleError(f"MSCCL-IR line {self.p.CurrentLineNumber}: {e}") from None
+        except expat.ExpatError as e:
+            raise ScheduleError(f"not well-formed XML: {e}") from None
+        except (ValueError, LookupError, RecursionError, MemoryError) as e:
+            raise ScheduleError(f"not readable as XML: {type(e).__name__}: {e}") from None
+        if self.program is None:
+            raise ScheduleError("no <algo> element")
+        return self.program
+
+
+def looks_like_xml(data: str | bytes) -> bool:
+    """True when the text starts (after whitespace or a byte-order mark) with ``<``."""
+    head = data[:64]
+    if isinstance(head, bytes):
+        head = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+        return head.startswith(b"<")
+    return head.lstrip("\ufeff \t\r\n").startswith("<")
+
+
+def _read(source: str | bytes | os.PathLike[str]) -> tuple[str | bytes, str]:
+    """The document's text and a label for messages (the path, or ``<text>``)."""
+    if isinstance(source, bytes) or (isinstance(source, str) and looks_like_xml(source)):
+        if len(source) > MAX_FILE_BYTES:
+            raise ScheduleError(f"MSCCL-IR text is {len(source)} bytes, over the limit of {MAX_FILE_BYTES}")
+        return source, ""
+    p = Path(source)
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ScheduleError(f"{p}: {size} bytes, over the limit of {MAX_FILE_BYTES}")
+        return p.read_bytes(), f"{p}: "
+    except OSError as e:
+        raise ScheduleError(f"{p}: cannot read: {e.strerror or e}") from None
+
+
+def parse_msccl(source: str | bytes | os.PathLike[str]) -> Program:
+    """Parse MSCCL-IR text, bytes or a file into a ``Program`` (structure only; ``ScheduleError`` if malformed)."""
+    data, label = _read(source)
+    try:
+        return _Parser().parse(data)
+    except ScheduleError as e:
+        raise ScheduleError(f"{label}{e}") from None
+
+
+# --------------------------------------------------------------------------------------------- import
+
+
+@dataclass(frozen=True, slots=True)
+class _Sizes:
+    kind: Kind | None
+    p: int
+    chunks: int  # collsched C
+    i: int  # MSCCL buffer sizes in MSCCL chunks
+    o: int
+
+
+def _sizes(program: Program) -> _Sizes:
+    coll = program.coll
+    if coll not in COLLS:
+        known = ", ".join(sorted({k for k in COLLS if k != "reduce_scatter"}))
+        if coll in _EXECUTOR_COLLS:
+            raise ScheduleError(f"algo: coll={coll!r} has no counterpart collsched can import (it imports {known})")
+        raise ScheduleError(f"algo: unknown coll {coll!r} (collsched imports {known})")
+    kind = COLLS[coll]
+    n, c = program.ngpus, program.chunks
+    if kind in _WIDE:
+        if c % n:
+            raise ScheduleError(f"algo: nchunksperloop={c} is not a multiple of ngpus={n}, as {coll} needs")
+        part = c // n
+        i = part if kind is Kind.ALLGATHER else c
+        o = part if kind is Kind.REDUCESCATTER else c
+        return _Sizes(kind, n, part, i, o)
+    if kind is None:  # custom: sizes are whatever the gpus declare
+        i = max([c] + [g.i_chunks for g in program.gpus.values()])
+        o = max([c] + [g.o_chunks for g in program.gpus.values()])
+        return _Sizes(None, n, max(i, o), i, o)
+    return _Sizes(kind, n, c, c, c)
+
+
+class _Mapper:
+    """Maps (rank, MSCCL buffer, offset) onto collsched slots, per aliasing mode (module docstring)."""
+
+    def __init__(self, sz: _Sizes, inplace: bool, scratch: int) -> None:
+        self.sz = sz
+        self.inplace = inplace
+        kind = sz.kind
+        self.coll = Collective(kind or Kind.ALLREDUCE, sz.p, sz.chunks)
+        self.in_size = self.coll.input_chunks(0)
+        self.out_size = 0 if self.coll.in_place else self.coll.output_chunks(0)
+        # Allreduce (and custom) run out-of-place keep MSCCL's o in scratch, after the declared scratch.
+        self.o_base = scratch if (kind in (Kind.ALLREDUCE, None) and not inplace) else -1
+        self.scratch_base = scratch + (sz.o if self.o_base >= 0 else 0)  # first temporary slot
+        self.part = sz.chunks if kind in _WIDE else 0
+
+    def chunk(self, rank: int, b: str, off: int) -> tuple[Buf, int]:
+        kind = self.sz.kind
+        if b == "s":
+            return Buf.SCRATCH, off
+        if kind in (Kind.ALLREDUCE, None):
+            if b == "i" or self.inplace:
+                return Buf.INPUT, off
+            return Buf.SCRATCH, self.o_base + off
+        if not self.inplace:
+            return (Buf.INPUT if b == "i" else Buf.OUTPUT), off
+        part = self.part
+        if kind is Kind.ALLGATHER:  # i[j] is o[r·P + j]
+            if b == "i":
+                return Buf.INPUT, off
+            return (Buf.INPUT, off - rank * part) if rank * part <= off < (rank + 1) * part else (Buf.OUTPUT, off)
+        if kind is Kind.REDUCESCATTER:  # o[j] is i[r·P + j]
+            return (Buf.INPUT, off) if b == "i" else (Buf.INPUT, rank * part + off)
+        return Buf.INPUT, off  # alltoall: i is o
+
+    def segments(self, rank: int, b: str, off: int, cnt: int) -> list[tuple[Buf, int, int]]:
+        """The range as maximal runs of (buffer, index, length) in collsched slots."""
+        out: list[tuple[Buf, int, int]] = []
+        for k in range(cnt):
+            buf, idx = self.chunk(rank, b, off + k)
+            if out and out[-1][0] is buf and out[-1][1] + out[-1][2] == idx:
+                out[-1] = (buf, out[-1][1], out[-1][2] + 1)
+            else:
+                out.append((buf, idx, 1))
+        return out
+
+    def size(self, gpu: ProgramGpu, b: str) -> int:
+        """Chunks a gpu's MSCCL buffer holds: the collective's size (custom: as declared)."""
+        if b == "s":
+            return gpu.s_chunks
+        if self.sz.kind is None:
+            return gpu.i_chunks if b == "i" else gpu.o_chunks
+        return self.sz.i if b == "i" else self.sz.o
+
+
+def _transfers(mapper: _Mapper, src: int, sb: str, so: int, dst: int, db: str, do: int, cnt: int,
+               op: Op) -> list[Transfer]:
+    """Transfers moving cnt MSCCL chunks, split where the collsched slots stop being contiguous."""
+    a = mapper.segments(src, sb, so, cnt)
+    b = mapper.segments(dst, db, do, cnt)
+    if len(a) == 1 and len(b) == 1:
+        if src == dst and a[0][:2] == b[0][:2] and op is Op.COPY:
+            return []  # a copy onto itself (an aliased in-place copy): no effect
+        return [Transfer(src, dst, a[0][0], a[0][1], b[0][0], b[0][1], cnt, op)]
+    out: list[Transfer] = []
+    ia = ib = 0
+    ua = ub = 0  # chunks used of a[ia], b[ib]
+    while ia < len(a):
+        n = min(a[ia][2] - ua, b[ib][2] - ub)
+        t = Transfer(src, dst, a[ia][0], a[ia][1] + ua, b[ib][0], b[ib][1] + ub, n, op)
+        if not (src == dst and t.src_buf is t.dst_buf and t.src_index == t.dst_index and op is Op.COPY):
+            out.append(t)
+        ua += n
+        ub += n
+        if ua == a[ia][2]:
+            ia, ua = ia + 1, 0
+        if ub == b[ib][2]:
+            ib, ub = ib + 1, 0
+    return out
+
+
+def _mode(program: Program, sz: _Sizes, inplace: bool | None) -> bool:
+    if inplace is not None:
+        return inplace
+    decl_in, decl_out = program.flag("inplace"), program.flag("outofplace")
+    if sz.kind in (Kind.ALLREDUCE, None):
+        if decl_in or not decl_out:
+            if not decl_in and decl_out is None and decl_in is None:
+                raise ScheduleError("algo: declares neither inplace nor outofplace; pass inplace=True or False")
+            return bool(decl_in) or not decl_out
+        return False
+    if decl_out:
+        return False
+    if decl_in:
+        return True
+    raise ScheduleError("algo: declares neither inplace=1 nor outofplace=1; pass inplace=True or False")
+
+
+_StepRef = tuple[int, int, int]  # gpu, tb, position
+
+
+def _where(ref: _StepRef, program: Program) -> str:
+    g, t, k = ref
+    step = program.gpus[g].tbs[t].steps[k]
+    return f"gpu {g} tb {t} step {k} ({step.type}, line {step.line})"
+
+
+def _dep_target(program: Program, gpu: ProgramGpu, tb: ProgramTb, k: int,
+                flags: dict[tuple[int, int], list[int]]) -> int | None:
+    """Position of the step in tb ``depid`` whose completion releases step k's wait; None when it has none.
+
+    ``ScheduleError`` when the wait can never be released (no such tb, or no
+    non-nop hasdep step at or after ``deps``).
+    """
+    st = tb.steps[k]
+    if st.depid < 0 or st.deps < 0:
+        return None
+    ref = (gpu.id, tb.id, k)
+    if st.depid >= len(gpu.tbs):
+        raise ScheduleError(f"{_where(ref, program)}: depid={st.depid} names no thread block of gpu {gpu.id}")
+    positions = flags[(gpu.id, st.depid)]
+    j = bisect_left(positions, st.deps)
+    if j == len(positions):
+        raise ScheduleError(
+            f"{_where(ref, program)}: waits for tb {st.depid} to reach step {st.deps}, but no step of it at or "
+            "after that has hasdep=1, so the wait is never released (the executor hangs)")
+    target = positions[j]
+    if st.depid == tb.id and target >= k:
+        raise ScheduleError(f"{_where(ref, program)}: waits on its own thread block's step {target}, "
+                            "which can only run after it (the executor hangs)")
+    return target
+
+
+def _flag_steps(program: Program) -> dict[tuple[int, int], list[int]]:
+    return {(g.id, t.id): [k for k, s in enumerate(t.steps) if s.hasdep and s.type != "nop"]
+            for g in program.gpus.values() for t in g.tbs}
+
+
+@dataclass
+class _Run:
+    """One execution of a program (``_execute``): who received what, and what did not finish."""
+
+    match: dict[_StepRef, _StepRef]
+    stuck: list[tuple[_StepRef, str]]
+    unmatched_sends: list[_StepRef]
+    unmatched_recvs: list[_StepRef]
+
+
+def _execute(program: Program, capacity: int | None = None,
+             targets: dict[_StepRef, int] | None = None) -> _Run:
+    """Run the program's thread blocks as the runtime would, each step atomically.
+
+    A step runs once its dependency's thread block has completed the target step,
+    a receive once a message is waiting on its connection, a send once the
+    connection holds fewer than ``capacity`` undelivered messages (None:
+    unbounded). The k-th send executed on a (chan, sender, receiver) connection
+    meets the k-th receive executed on it: for well-formed files (one thread block
+    per connection end) that is the k-th in document order; where two thread
+    blocks share a connection it is the order this run took. The outcome (done
+    or stuck) does not depend on the order ready blocks are run in when every
+    connection has one sender and one receiver block.
+    """
+    if targets is None:
+        targets = _targets(program)
+    tbs: dict[tuple[int, int], tuple[ProgramGpu, ProgramTb]] = {
+        (g.id, t.id): (g, t) for g in sorted(program.gpus.values(), key=lambda g: g.id) for t in g.tbs}
+    pc = dict.fromkeys(tbs, 0)
+    queues: dict[tuple[int, int, int], deque[_StepRef]] = {}
+    waiters: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
+    blocked: dict[tuple[int, int], str] = {}
+    match: dict[_StepRef, _StepRef] = {}
+    senders: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+    for key, (g, t) in tbs.items():
+        if t.send >= 0:
+            senders.setdefault((t.chan, g.id, t.send), []).append(key)
+    work = deque(tbs)
+    queued = set(tbs)
+
+    def wake(event: tuple[Any, ...]) -> None:
+        for k in waiters.pop(event, ()):
+            if k not in queued:
+                queued.add(k)
+                work.append(k)
+
+    def wait(key: tuple[int, int], event: tuple[Any, ...], why: str) -> None:
+        waiters.setdefault(event, []).append(key)
+        blocked[key] = why
+
+    while work:
+        key = work.popleft()
+        queued.discard(key)
+        g, t = tbs[key]
+        steps = t.steps
+        k = pc[key]
+        while k < len(steps):
+            st = steps[k]
+            ref = (g.id, t.id, k)
+            tgt = targets.get(ref)
+            if tgt is not None and pc[(g.id, st.depid)] <= tgt:
+                wait(key, ("tb", g.id, st.depid), f"waits for tb {st.depid} step {tgt}")
+                break
+            rcv, snd, _, _ = _TYPES[st.type]
+            cin = (t.chan, t.recv, g.id)
+            cout = (t.chan, g.id, t.send)
+            if rcv and not queues.get(cin):
+                wait(key, ("msg", cin), f"waits for a message from gpu {t.recv} on channel {t.chan}")
+                break
+            if snd and capacity is not None and len(queues.get(cout, ())) >= capacity:
+                wait(key, ("room", cout), f"waits for room to send to gpu {t.send} on channel {t.chan} "
+                                          f"({capacity} undelivered)")
+                break
+            if rcv:
+                a = queues[cin].popleft()
+                sa = program.gpus[a[0]].tbs[a[1]].steps[a[2]]
+                if sa.cnt != st.cnt:
+                    raise ScheduleError(f"{_where(a, program)} sends cnt={sa.cnt} but the receive it meets, "
+                                        f"{_where(ref, program)}, has cnt={st.cnt}")
+                match[ref] = a
+                wake(("room", cin))
+            if snd:
+                queues.setdefault(cout, deque()).append(ref)
+                wake(("msg", cout))
+            k += 1
+            pc[key] = k
+            wake(("tb", g.id, t.id))
+        else:
+            blocked.pop(key, None)
+    stuck: list[tuple[_StepRef, str]] = []
+    unmatched_recvs: list[_StepRef] = []
+    for key, why in sorted(blocked.items()):
+        g, t = tbs[key]
+        ref = (g.id, t.id, pc[key])
+        st = t.steps[pc[key]]
+        cin = (t.chan, t.recv, g.id)
+        if why.startswith("waits for a message") and all(
+                pc[s] == len(tbs[s][1].steps) for s in senders.get(cin, [])):
+            unmatched_recvs.append(ref)
+        else:
+            stuck.append((ref, f"{_where(ref, program)} {why}"))
+        del st
+    unmatched_sends = [r for q in queues.values() for r in q] if not blocked else []
+    return _Run(match, stuck, sorted(unmatched_sends), unmatched_recvs)
+
+
+def _targets(program: Program) -> dict[_StepRef, int]:
+    """The dependency target of every step that has one (``ScheduleError`` when it is never released)."""
+    flags = _flag_steps(program)
+    out: dict[_StepRef, int] = {}
+    for g in program.gpus.values():
+        for t in g.tbs:
+            for k in range(len(t.steps)):
+                tgt = _dep_target(program, g, t, k, flags)
+                if tgt is not None:
+                    out[(g.id, t.id, k)] = tgt
+    return out
+
+
+def _match(program: Program, targets: dict[_StepRef, int]) -> dict[_StepRef, _StepRef]:
+    """Receive-type step -> the send-type step it receives from; ``ScheduleError`` when the program cannot finish."""
+    run = _execute(program, None, targets)
+    if run.unmatched_recvs:
+        ref = run.unmatched_recvs[0]
+        st = program.gpus[ref[0]].tbs[ref[1]]
+        raise ScheduleError(f"{_where(ref, program)}: unmatched receive: gpu {st.recv} sends nothing more to "
+                            f"gpu {ref[0]} on channel {st.chan}")
+    if run.stuck:
+        raise ScheduleError(f"deadlock: {len(run.stuck)} thread block(s) can never finish; {run.stuck[0][1]}")
+    if run.unmatched_sends:
+        ref = run.unmatched_sends[0]
+        st = program.gpus[ref[0]].tbs[ref[1]]
+        raise ScheduleError(f"{_where(ref, program)}: unmatched send: gpu {st.send} receives nothing more from "
+                            f"gpu {ref[0]} on channel {st.chan}")
+    return run.match
+
+
+class _Graph:
+    """Nodes (a list of transfers, or none for a pure ordering point) with happens-before predecessors."""
+
+    def __init__(self) -> None:
+        self.preds: list[list[int]] = []
+        self.trans: list[list[Transfer]] = []
+        self.origin: list[_StepRef] = []
+        self.capture: dict[int, int] = {}  # send-read node -> its message node
+
+    def node(self, origin: _StepRef, preds: Iterable[int] = (), trans: list[Transfer] | None = None) -> int:
+        self.preds.append([p for p in preds if p >= 0])
+        self.trans.append(trans or [])
+        self.origin.append(origin)
+        return len(self.preds) - 1
+
+
+def to_schedule(program: Program, *, inplace: bool | None = None, allow_custom: bool = False,
+                name: str | None = None) -> Schedule:
+    """The collsched schedule of a parsed program (module docstring); ``ScheduleError`` if it cannot run.
+
+    ``inplace``: interpret the program with NCCL's in-place aliasing (True) or
+    with disjoint buffers (False); None picks what the file declares (both
+    declared: in-place for allreduce, out-of-place otherwise). ``custom``
+    programs have no postcondition: they import (as an allreduce-shaped
+    schedule, for simulation only) when ``allow_custom`` is set.
+    """
+    sz = _sizes(program)
+    if sz.kind is None and not allow_custom:
+        raise ScheduleError("algo: coll='custom' has no postcondition, so it cannot be verified or run as a "
+                            "collective (simulate it: collsched simulate imports it for timing only)")
+    mode = _mode(program, sz, inplace)
+    scratch = max([0] + [g.s_chunks for g in program.gpus.values()])
+    mapper = _Mapper(sz, mode, scratch)
+    targets = _targets(program)
+    match = _match(program, targets)
+    temp_next = [mapper.scratch_base] * sz.p
+
+    gr = _Graph()
+    # Per step: (gate node, completion node, node that its sends leave from, value location for sends).
+    gate: dict[_StepRef, int] = {}
+    done: dict[_StepRef, int] = {}
+    ready: dict[_StepRef, int] = {}
+    value: dict[_StepRef, tuple[str, int]] = {}
+    recv_node: dict[_StepRef, int] = {}  # the message node a receive-type step receives by
+    recv_local: dict[_StepRef, tuple[str, int, Op, int]] = {}  # receiver's (buf, off, op, extra pred)
+
+    # First pass: gates and local nodes. Completion of earlier steps is wired after all nodes exist.
+    gate_preds: dict[int, list[tuple[_StepRef, bool]]] = {}
+    for g in program.gpus.values():
+        for t in g.tbs:
+            for k, st in enumerate(t.steps):
+                ref = (g.id, t.id, k)
+                for side, b, off in (("src", st.srcbuf, st.srcoff), ("dst", st.dstbuf, st.dstoff)):
+                    if b is not None and off + st.cnt > mapper.size(g, b):
+                        raise ScheduleError(f"{_where(ref, program)}: {side} {b}[{off}:{off + st.cnt}] is out of "
+                                            f"bounds (buffer {b} of gpu {g.id} has {mapper.size(g, b)} chunks)")
+                target = targets.get(ref)
+                gnode = gr.node(ref)
+                gate[ref] = gnode
+                deps: list[tuple[_StepRef, bool]] = []
+                if k > 0:
+                    deps.append(((g.id, t.id, k - 1), True))
+                if target is not None:
+                    deps.append(((g.id, st.depid, target), True))
+                gate_preds[gnode] = deps
+                kind = st.type
+                rcv, snd, _, _ = _TYPES[kind]
+                if kind in ("cpy", "re"):
+                    assert st.srcbuf is not None and st.dstbuf is not None
+                    op = Op.COPY if kind == "cpy" else Op.REDUCE
+                    n = gr.node(ref, [gnode], _transfers(mapper, g.id, st.srcbuf, st.srcoff, g.id, st.dstbuf,
+                                                          st.dstoff, st.cnt, op))
+                    done[ref] = n
+                elif kind == "nop":
+                    done[ref] = gnode
+                elif kind == "s":
+                    assert st.srcbuf is not None
+                    ready[ref] = gnode
+                    value[ref] = (st.srcbuf, st.srcoff)
+                if rcv:
+                    # Where the received value lands, and how.
+                    if kind in ("r", "rcs"):
+                        assert st.dstbuf is not None
+                        recv_local[ref] = (st.dstbuf, st.dstoff, Op.COPY, gnode)
+                    else:
+                        assert st.srcbuf is not None
+                        if kind == "rrs":
+                            tb_, to = "s", temp_next[g.id]
+                            temp_next[g.id] += st.cnt
+                        else:
+                            assert st.dstbuf is not None
+                            tb_, to = st.dstbuf, st.dstoff
+                        pre = gnode
+                        if kind == "rrs" or mapper.segments(g.id, st.srcbuf, st.srcoff, st.cnt) != \
+                                mapper.segments(g.id, tb_, to, st.cnt):
+                            # x := recv ⊕ src with src elsewhere: copy src to x first, then reduce into x.
+                            pre = gr.node(ref, [gnode], _transfers(mapper, g.id, st.srcbuf, st.srcoff, g.id, tb_,
+                                                                    to, st.cnt, Op.COPY))
+                        recv_local[ref] = (tb_, to, Op.REDUCE, pre)
+                    if snd:
+                        value[ref] = (recv_local[ref][0], recv_local[ref][1])
+
+    # Message nodes: one per matched pair. A send reads its value when it runs (the runtime
+    # buffers it), so the sender's thread block goes on after the read, not after the delivery.
+    sread: dict[_StepRef, int] = {}
+    for b_ref, a_ref in match.items():
+        rb, ro, op, pre = recv_local[b_ref]
+        a = program.gpus[a_ref[0]].tbs[a_ref[1]].steps[a_ref[2]]
+        vb, vo = value[a_ref]
+        recv_node[b_ref] = gr.node(b_ref, [pre], _transfers(mapper, a_ref[0], vb, vo, b_ref[0], rb, ro, a.cnt, op))
+    for ref, n in recv_node.items():
+        st = program.gpus[ref[0]].tbs[ref[1]].steps[ref[2]]
+        if _TYPES[st.type][1]:
+            ready[ref] = n  # rcs, rrs, rrcs forward what they received
+        else:
+            done[ref] = n
+    for b_ref, a_ref in match.items():
+        m = recv_node[b_ref]
+        sread[a_ref] = r = gr.node(a_ref, [ready[a_ref]])
+        gr.capture[r] = m
+        gr.preds[m].append(r)
+        done[a_ref] = r
+    for gnode, deps in gate_preds.items():
+        gr.preds[gnode].extend(done[d] for d, _ in deps)
+
+    lev = _Leveler(gr, program, mapper, temp_next)
+    lev.run()
+    return lev.assemble(name or program.name)
+
+
+class _Leveler:
+    """Places every node at its lockstep level (module docstring), staging buffered sends where needed.
+
+    Levels are 1-based (0: an ordering point before any transfer). A node
+    follows its happens-before predecessors (same level allowed) and every
+    write to a slot it reads or writes (the next level; a reduce may share a
+    level with an earlier reduce into the same slot). A send's value is taken
+    when its sender runs it: when a later write to that source comes before the
+    message's level, the value is first copied to a scratch slot at the send's
+    level and the message leaves from there.
+    """
+
+    def __init__(self, gr: _Graph, program: Program, mapper: _Mapper, temp_next: list[int]) -> None:
+        self.gr = gr
+        self.program = program
+        self.mapper = mapper
+        self.temp_next = temp_next
+        self.level = [0] * len(gr.preds)
+        self.lw: dict[tuple[int, Buf, int], int] = {}  # level of the last write of a slot (absent: 0)
+        self.lc: dict[tuple[int, Buf, int], int] = {}  # level of the last copy into it
+        self.pending: dict[tuple[int, Buf, int], list[int]] = {}  # source slot -> captured messages in flight
+        self.in_flight: set[int] = set()
+        self.staged: list[tuple[int, Transfer]] = []
+        self.read_level: dict[int, int] = {}
+
+    def run(self) -> None:
+        gr = self.gr
+        n = len(gr.preds)
+        succ: list[list[int]] = [[] for _ in range(n)]
+        indeg = [0] * n
+        for v, ps in enumerate(gr.preds):
+            indeg[v] = len(ps)
+            for u in ps:
+                succ[u].append(v)
+        level = self.level
+        lw, lc = self.lw, self.lc
+        queue = deque(v for v in range(n) if indeg[v] == 0)
+        seen = 0
+        copy = Op.COPY
+        while queue:
+            v = queue.popleft()
+            seen += 1
+            lv = max((level[u] for u in gr.preds[v]), default=0)
+            ts = gr.trans[v]
+            if ts:
+                self.in_flight.discard(v)
+                lv = max(lv, 1)
+                for t in ts:
+                    for k in range(t.count):
+                        d = (t.dst, t.dst_buf, t.dst_index + k)
+                        w = lw.get((t.src, t.src_buf, t.src_index + k), 0) + 1
+                        if t.op is copy:
+                            w2 = lw.get(d, 0) + 1
+                        else:
+                            w2 = max(lc.get(d, 0) + 1, lw.get(d, 0))
+                        lv = max(lv, w, w2)
+                for t in ts:
+                    for k in range(t.count):
+                        d = (t.dst, t.dst_buf, t.dst_index + k)
+                        waiting = self.pending.pop(d, None)
+                        if waiting:
+                            for m in waiting:
+                                if m in self.in_flight and m != v:
+                                    lv = max(lv, self._stage(m))
+                for t in ts:
+                    for k in range(t.count):
+                        d = (t.dst, t.dst_buf, t.dst_index + k)
+                        lw[d] = lv
+                        if t.op is copy:
+                            lc[d] = lv
+            elif v in gr.capture:
+                m = gr.capture[v]
+                self.in_flight.add(m)
+                self.read_level[m] = lv
+                for t in gr.trans[m]:
+                    for k in range(t.count):
+                        self.pending.setdefault((t.src, t.src_buf, t.src_index + k), []).append(m)
+            level[v] = lv
+            for w in succ[v]:
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    queue.append(w)
+        if seen < n:
+            stuck = next(v for v in range(n) if indeg[v] > 0)
+            raise ScheduleError(f"{_where(gr.origin[stuck], self.program)}: cyclic dependencies (thread-block "
+                                "order, depid waits and send/receive matching form a cycle: the executor deadlocks)")
+
+    def _stage(self, m: int) -> int:
+        """Copy message m's source to fresh scratch at its send's level; m then leaves from there."""
+        self.in_flight.discard(m)
+        lw, lc = self.lw, self.lc
+        ts = self.gr.trans[m]
+        lv = max(1, self.read_level[m])
+        for t in ts:
+            for k in range(t.count):
+                lv = max(lv, lw.get((t.src, t.src_buf, t.src_index + k), 0) + 1)
+        moved: list[Transfer] = []
+        for t in ts:
+            base = self.temp_next[t.src]
+            self.temp_next[t.src] += t.count
+            self.staged.append((lv, Transfer(t.src, t.src, t.src_buf, t.src_index, Buf.SCRATCH, base, t.count,
+                                             Op.COPY)))
+            for k in range(t.count):
+                lw[(t.src, Buf.SCRATCH, base + k)] = lv
+                lc[(t.src, Buf.SCRATCH, base + k)] = lv
+            moved.append(t._replace(src_buf=Buf.SCRATCH, src_index=base))
+        self.gr.trans[m] = moved
+        return lv
+
+    def assemble(self, name: str) -> Schedule:
+        level = self.level
+        steps: list[list[Transfer]] = [[] for _ in range(max(level, default=0))]
+        placed = [(level[v], t) for v, ts in enumerate(self.gr.trans) for t in ts]
+        placed += self.staged
+        placed += self._final_copies()
+        for lv, t in placed:
+            while len(steps) < lv:
+                steps.append([])
+            steps[lv - 1].append(t)
+        mapper = self.mapper
+        if mapper.sz.kind is None:
+            name = f"custom:{name}"
+        return Schedule(mapper.coll, name, tuple(Step(tuple(s)) for s in steps if s), max(self.temp_next))
+
+    def _final_copies(self) -> list[tuple[int, Transfer]]:
+        """Copies that put results where the collsched postcondition looks for them (aliased modes)."""
+        mapper, sz, lw = self.mapper, self.mapper.sz, self.lw
+        kind, p, part = sz.kind, sz.p, mapper.part
+        out: list[tuple[int, Transfer]] = []
+
+        def add(r: int, sb: Buf, si: int, db: Buf, di: int, n: int, lv: int = 0) -> None:
+            for k in range(n):
+                lv = max(lv, lw.get((r, sb, si + k), 0) + 1, lw.get((r, db, di + k), 0) + 1)
+            out.append((lv, Transfer(r, r, sb, si, db, di, n, Op.COPY)))
+
+        if kind is Kind.ALLREDUCE and mapper.o_base >= 0:
+            # The result is in o (kept in scratch); every read of i must come first: after everything.
+            last = max(self.level, default=0)
+            for r in range(p):
+                add(r, Buf.SCRATCH, mapper.o_base, Buf.INPUT, 0, sz.chunks, last + 1)
+        elif mapper.inplace and kind is Kind.ALLGATHER:
+            for r in range(p):
+                add(r, Buf.INPUT, 0, Buf.OUTPUT, r * part, part)
+        elif mapper.inplace and kind is Kind.REDUCESCATTER:
+            for r in range(p):
+                add(r, Buf.INPUT, r * part, Buf.OUTPUT, 0, part)
+        elif mapper.inplace and kind is Kind.ALLTOALL:
+            for r in range(p):
+                add(r, Buf.INPUT, 0, Buf.OUTPUT, 0, mapper.in_size)
+        return out
+
+
+def loads_msccl(text: str | bytes, *, inplace: bool | None = None, allow_custom: bool = False) -> Schedule:
+    """Import MSCCL-IR text or bytes (``to_schedule``)."""
+    if len(text) > MAX_FILE_BYTES:
+        raise ScheduleError(f"MSCCL-IR text is {len(text)} bytes, over the limit of {MAX_FILE_BYTES}")
+    return to_schedule(_Parser().parse(text), inplace=inplace, allow_custom=allow_custom)
+
+
+def load_msccl(path_or_text: str | bytes | os.PathLike[str], *, inplace: bool | None = None,
+               allow_custom: bool = False) -> Schedule:
+    """Import an MSCCL-IR file (a path) or document (text starting with ``<``, or bytes) as a ``Schedule``.
+
+    Every failure is a ``ScheduleError`` naming the gpu, thread block and step
+    (and the file). See ``to_schedule`` for ``inplace`` and ``allow_custom``.
+    """
+    data, label = _read(path_or_text)
+    try:
+        return to_schedule(_Parser().parse(data), inplace=inplace, allow_custom=allow_custom)
+    except ScheduleError as e:
+        raise ScheduleError(f"{label}{e}") from None
