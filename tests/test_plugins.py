@@ -158,3 +158,39 @@ def test_a_broken_entry_point_is_named(home: Path, tmp_path_factory: pytest.Temp
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "entry point user = gone_algos (group collsched.algorithms)" in done.stderr
     assert "No module named 'gone_algos'" in done.stderr
+
+
+TRAIN = '''
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("collsched")   # CPU tensors: schedules run over gloo
+torch.manual_seed(dist.get_rank())     # different models and data per rank: DDP must make them agree
+model = DDP(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    model(torch.randn(16, 8)).pow(2).mean().backward()
+    opt.step()
+params = [round(x, 6) for p in model.parameters() for x in p.detach().flatten().tolist()]
+print("RESULT", dist.get_rank(), dist.group.WORLD.executed["allreduce/user-ring"], params, flush=True)
+del model, opt
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_the_backend_runs_a_user_algorithm_under_ddp(home: Path) -> None:
+    (home / "train.py").write_text(TRAIN)
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    environ.update(PYTHONPATH=os.pathsep.join([str(home), str(ROOT)]), COLLSCHED_IMPORT="my_algos",
+                   COLLSCHED_ALGORITHMS="allreduce=user-ring")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "train.py"], cwd=home, env=environ, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [line.split(" ", 3) for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    assert sorted(r[1] for r in results) == ["0", "1"]
+    assert all(int(r[2]) >= 3 for r in results)  # one gradient all-reduce per step at least, on user-ring
+    assert results[0][3] == results[1][3]  # DDP's invariant: every rank ends with the same parameters
