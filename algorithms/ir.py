@@ -2,9 +2,10 @@
 
 A collective is ``(kind, ranks p, chunks C, root)``; every rank has the buffers
 ``input``, ``output`` and ``scratch``, each an array of chunks, sized by the
-table in DESIGN.md. A transfer moves ``count`` contiguous chunks from one
-(rank, buffer, index) to another with op ``copy`` or ``reduce``; a step is a set
-of transfers that run concurrently; a schedule is an ordered tuple of steps.
+table in docs/design.md ("Collectives and buffers"). A transfer moves
+``count`` contiguous chunks from one (rank, buffer, index) to another with op
+``copy`` or ``reduce``; a step is a set of transfers that run concurrently; a
+schedule is an ordered tuple of steps.
 
 For the in-place kinds (allreduce, broadcast, reduce, barrier) the output *is*
 the input: a transfer may name either buffer and both address the same slots.

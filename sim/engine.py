@@ -1,6 +1,6 @@
 """Discrete-event simulation of a schedule on a topology (simpy), with symbolic payloads.
 
-Model (DESIGN.md, Simulation). A transfer of b bytes from rank a to rank b':
+Model (docs/design.md, "The simulator"). A transfer of b bytes from rank a to rank b':
 
 1. *starts* when it may (``lockstep``: when the previous step has finished;
    ``dataflow``: when its dependencies have finished, ``sim.dataflow``) and
@@ -22,7 +22,7 @@ A local transfer (a == b') has no network cost, only the reduction time. On a
 contention-free schedule every step costs max(α + b/B + b·γ) and the result
 equals the alpha-beta closed form (``sim.cost``) to rounding.
 
-Sizes follow nccl-tests (DESIGN.md): ``size`` is the buffer of allreduce,
+Sizes follow nccl-tests (docs/design.md, "Sizes and bandwidths"): ``size`` is the buffer of allreduce,
 broadcast and reduce, the output of allgather and gather, the input of
 reducescatter, scatter and alltoall, and one token of a barrier.
 """
