@@ -33,6 +33,8 @@ when g does not divide p fold in and out as the power-of-two algorithms do.
 
 from __future__ import annotations
 
+import numpy as np
+
 from algorithms.builder import ScheduleBuilder
 from algorithms.fold import log2ceil, log2floor, pow2floor
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
@@ -69,20 +71,19 @@ def ring(ranks: int, *, chunks: int = 1) -> Schedule:
     """
     p, k = ranks, chunks
     b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p * k), "ring")
+    # One step's transfers as arrays (rank-major, then chunk), in the order of the loops
+    #   for r in range(p): for c in range(k): b.reduce(r, (r + 1) % p, piece(r) * k + c)
+    r = np.repeat(np.arange(p), k)
+    c = np.tile(np.arange(k), p)
+    right = (r + 1) % p
     # Reduce-scatter: at step s, rank r passes its partial sum of piece r-s on to r+1.
     for s in range(p - 1):
         with b.step():
-            for r in range(p):
-                piece = (r - s) % p
-                for c in range(k):
-                    b.reduce(r, (r + 1) % p, piece * k + c)
+            b.add_many(r, right, (r - s) % p * k + c, op=Op.REDUCE)
     # Rank r now holds the whole sum of piece r+1. All-gather: pass it around.
     for s in range(p - 1):
         with b.step():
-            for r in range(p):
-                piece = (r + 1 - s) % p
-                for c in range(k):
-                    b.copy(r, (r + 1) % p, piece * k + c)
+            b.add_many(r, right, (r + 1 - s) % p * k + c)
     return b.build()
 
 

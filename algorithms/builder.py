@@ -8,17 +8,29 @@
     schedule = b.build()
 
 Each ``with b.step()`` block is one step: its transfers run concurrently.
+Transfers are appended to flat integer arrays (``Schedule.from_columns``),
+not kept as objects, so a builder of tens of millions of transfers stays
+small; ``add_many`` appends a whole vector of them at numpy speed.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 from algorithms.errors import ScheduleError
-from algorithms.ir import Buf, Collective, Op, Schedule, Step, Transfer
+from algorithms.ir import BUFS, OPS, Buf, Collective, Op, Schedule, Transfer, _as_buf, _as_op, _check_one
 
 __all__ = ["ScheduleBuilder"]
+
+_BUF: dict[str, int] = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
+_COPY, _REDUCE = 0, 1
+_LOW, _HIGH = -(1 << 31), (1 << 31) - 1
 
 
 class ScheduleBuilder:
@@ -28,8 +40,18 @@ class ScheduleBuilder:
         self.collective = collective
         self.name = name
         self.scratch_chunks = scratch_chunks
-        self._steps: list[list[Transfer]] = []
-        self._open: list[Transfer] | None = None
+        # 32-bit columns: every valid rank, index and count fits (MAX_RANKS, MAX_SLOTS); one that does not
+        # is out of range, and _too_big names it as the schedule's range check would.
+        self._src = array("i")
+        self._dst = array("i")
+        self._sb = array("B")
+        self._sx = array("i")
+        self._db = array("B")
+        self._dx = array("i")
+        self._n = array("i")
+        self._op = array("B")
+        self._offsets = array("q", [0])
+        self._open = False
 
     @property
     def ranks(self) -> int:
@@ -39,21 +61,62 @@ class ScheduleBuilder:
     @contextmanager
     def step(self) -> Iterator[ScheduleBuilder]:
         """Open a step; transfers added inside the block run concurrently. Empty steps are dropped."""
-        if self._open is not None:
+        if self._open:
             raise ScheduleError("steps cannot nest: close the open step first")
-        self._open = []
+        self._open = True
         try:
             yield self
         finally:
-            if self._open:
-                self._steps.append(self._open)
-            self._open = None
+            if len(self._op) > self._offsets[-1]:
+                self._offsets.append(len(self._op))
+            self._open = False
+
+    def _where(self) -> str:
+        return f"step {len(self._offsets) - 1} transfer {len(self._op) - self._offsets[-1]}"
+
+    def _append(self, src: int, dst: int, sb: Buf | str, sx: int, db: Buf | str, dx: int, count: int,
+                op: int) -> None:
+        if not self._open:
+            raise ScheduleError("add a transfer inside `with builder.step():`")
+        if count.__class__ is not int or count < 1:
+            raise ScheduleError(f"{self._where()}: transfer.count must be an integer >= 1, got {count!r}")
+        if sx.__class__ is not int or dx.__class__ is not int:
+            raise ScheduleError(f"{self._where()}: transfer indices must be integers, got {sx!r}, {dx!r}")
+        if src.__class__ is not int or dst.__class__ is not int:
+            raise ScheduleError(f"{self._where()}: ranks must be integers, got src {src!r}, dst {dst!r}")
+        sbc = _BUF.get(sb)
+        if sbc is None:
+            sbc = _BUF[_as_buf(sb, "src_buf")]
+        dbc = _BUF.get(db)
+        if dbc is None:
+            dbc = _BUF[_as_buf(db, "dst_buf")]
+        try:
+            self._src.append(src)
+            self._dst.append(dst)
+            self._sx.append(sx)
+            self._dx.append(dx)
+            self._n.append(count)
+        except OverflowError:
+            k = len(self._op)  # appended last: the length every column had before this transfer
+            for a in (self._src, self._dst, self._sx, self._dx, self._n):
+                del a[k:]
+            self._too_big(Transfer(src, dst, sb, sx, db, dx, count, OPS[op]))
+        self._sb.append(sbc)
+        self._db.append(dbc)
+        self._op.append(op)
+
+    def _too_big(self, t: Transfer, later: int = 0) -> NoReturn:
+        """Raise the range error for ``t``, the ``later``-th transfer after those added so far."""
+        si, ti = len(self._offsets) - 1, len(self._op) - self._offsets[-1] + later
+        _check_one(self.collective, self.scratch_chunks, si, ti, t)
+        raise ScheduleError(f"step {si} transfer {ti}: a rank, index or count does not fit 32 bits")
 
     def add(self, transfer: Transfer) -> None:
         """Add one transfer to the open step."""
-        if self._open is None:
-            raise ScheduleError("add a transfer inside `with builder.step():`")
-        self._open.append(transfer)
+        if not isinstance(transfer, Transfer):
+            raise ScheduleError(f"step holds a {type(transfer).__name__}, not a Transfer")
+        src, dst, sb, sx, db, dx, n, op = transfer
+        self._append(src, dst, sb, sx, db, dx, n, _COPY if op is Op.COPY else _REDUCE)
 
     def copy(
         self,
@@ -67,10 +130,8 @@ class ScheduleBuilder:
         dst_buf: Buf | None = None,
     ) -> None:
         """dst.dst_buf[dst_index:+count] := src.buf[index:+count] (destination defaults to the same place)."""
-        self.add(
-            Transfer(src, dst, buf, index, buf if dst_buf is None else dst_buf,
-                     index if dst_index is None else dst_index, count, Op.COPY)
-        )
+        self._append(src, dst, buf, index, buf if dst_buf is None else dst_buf,
+                     index if dst_index is None else dst_index, count, _COPY)
 
     def reduce(
         self,
@@ -84,18 +145,70 @@ class ScheduleBuilder:
         dst_buf: Buf | None = None,
     ) -> None:
         """dst.dst_buf[dst_index:+count] ⊕= src.buf[index:+count] (destination defaults to the same place)."""
-        self.add(
-            Transfer(src, dst, buf, index, buf if dst_buf is None else dst_buf,
-                     index if dst_index is None else dst_index, count, Op.REDUCE)
-        )
+        self._append(src, dst, buf, index, buf if dst_buf is None else dst_buf,
+                     index if dst_index is None else dst_index, count, _REDUCE)
+
+    def add_many(
+        self,
+        src: ArrayLike,
+        dst: ArrayLike,
+        index: ArrayLike,
+        count: ArrayLike = 1,
+        *,
+        op: Op | str = Op.COPY,
+        buf: Buf | str = Buf.INPUT,
+        dst_index: ArrayLike | None = None,
+        dst_buf: Buf | str | None = None,
+    ) -> None:
+        """Add many transfers to the open step at once: integer arrays (or scalars) broadcast together.
+
+        The same as calling ``copy`` (or ``reduce`` for ``op="reduce"``) once
+        per element, in order; ranges are checked by ``build``.
+        """
+        if not self._open:
+            raise ScheduleError("add a transfer inside `with builder.step():`")
+        opc = _COPY if _as_op(op) is Op.COPY else _REDUCE
+        sbc = _BUF[_as_buf(buf, "src_buf")]
+        dbc = sbc if dst_buf is None else _BUF[_as_buf(dst_buf, "dst_buf")]
+        try:
+            arrays = np.broadcast_arrays(*(np.asarray(a) for a in (src, dst, index, count,
+                                                                   index if dst_index is None else dst_index)))
+        except ValueError as e:
+            raise ScheduleError(f"{self._where()}: add_many arrays do not broadcast together ({e})") from None
+        names = ("src", "dst", "index", "count", "dst_index")
+        for name, a in zip(names, arrays, strict=True):
+            if a.ndim > 1 or (a.size and a.dtype.kind not in "iu") or (a.dtype.kind == "u" and a.dtype.itemsize > 4):
+                raise ScheduleError(f"{self._where()}: add_many {name} must be 1-d integers, got {a.dtype} {a.shape}")
+        s, d, x, n, dx = (np.atleast_1d(a).astype(np.int64) for a in arrays)
+        if len(n) and int(n.min()) < 1:
+            raise ScheduleError(f"{self._where()}: transfer.count must be an integer >= 1, got {int(n.min())}")
+        fits = (s >= _LOW) & (s <= _HIGH) & (d >= _LOW) & (d <= _HIGH) & (x >= _LOW) & (x <= _HIGH)
+        fits &= (n <= _HIGH) & (dx >= _LOW) & (dx <= _HIGH)
+        if not fits.all():
+            i = int(np.flatnonzero(~fits)[0])
+            self._too_big(Transfer(int(s[i]), int(d[i]), BUFS[sbc], int(x[i]), BUFS[dbc], int(dx[i]), int(n[i]),
+                                   OPS[opc]), i)
+        k = len(s)
+        for column, v in ((self._src, s), (self._dst, d), (self._sx, x), (self._dx, dx), (self._n, n)):
+            column.frombytes(v.astype(np.int32).tobytes())
+        self._sb.frombytes(bytes([sbc]) * k)
+        self._db.frombytes(bytes([dbc]) * k)
+        self._op.frombytes(bytes([opc]) * k)
 
     def build(self) -> Schedule:
         """The validated, immutable schedule."""
-        if self._open is not None:
+        if self._open:
             raise ScheduleError("build() called inside an open step")
-        return Schedule(
+
+        def arr(a: array[int]) -> np.ndarray:
+            # A copy: the builder may go on growing its arrays after build().
+            return np.frombuffer(a, dtype={"i": np.int32, "q": np.int64, "B": np.uint8}[a.typecode]).copy()
+
+        return Schedule.from_columns(
             self.collective,
             self.name,
-            tuple(Step(tuple(s)) for s in self._steps),
+            {"src": arr(self._src), "dst": arr(self._dst), "src_buf": arr(self._sb), "src_index": arr(self._sx),
+             "dst_buf": arr(self._db), "dst_index": arr(self._dx), "count": arr(self._n), "op": arr(self._op),
+             "step_offsets": arr(self._offsets)},
             self.scratch_chunks,
         )

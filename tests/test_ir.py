@@ -118,7 +118,7 @@ def test_in_place_kinds_alias_output_to_input() -> None:
 def test_schedule_is_frozen() -> None:
     s = _one(Transfer(0, 1, Buf.INPUT, 0, Buf.OUTPUT, 0))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        s.name = "y"  # type: ignore[misc]
+        s.name = "y"
     assert isinstance(s.steps, tuple) and s.num_transfers == 2
 
 
@@ -147,3 +147,96 @@ def test_schedules_addressing_too_many_slots_are_refused() -> None:
         Schedule(Collective(Kind.ALLTOALL, 4096, 16), "big", ())
     with pytest.raises(ScheduleError, match="scratch_chunks must be <="):
         Schedule(Collective(Kind.ALLREDUCE, 2, 1), "big", (), 1 << 40)
+
+
+# -- columnar storage ---------------------------------------------------------------------------
+
+
+def _ring_by_loops(p: int, k: int) -> Schedule:
+    """The ring all-reduce written transfer by transfer, as its paper's pseudocode reads (the reference)."""
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p * k), "ring")
+    for s in range(p - 1):
+        with b.step():
+            for r in range(p):
+                for c in range(k):
+                    b.reduce(r, (r + 1) % p, (r - s) % p * k + c)
+    for s in range(p - 1):
+        with b.step():
+            for r in range(p):
+                for c in range(k):
+                    b.copy(r, (r + 1) % p, (r + 1 - s) % p * k + c)
+    return b.build()
+
+
+@pytest.mark.parametrize(("p", "k"), [(1, 1), (2, 1), (3, 2), (5, 3), (8, 1)])
+def test_vectorised_ring_builds_the_same_transfers_as_the_loops(p: int, k: int) -> None:
+    from algorithms import registry
+
+    got = registry.build("allreduce", "ring", p, chunks=k)
+    want = _ring_by_loops(p, k)
+    assert got == want and hash(got) == hash(want)
+    assert got.steps == want.steps
+
+
+def test_columns_hold_the_steps_and_round_trip() -> None:
+    coll = Collective(Kind.ALLGATHER, 3, 2)
+    steps = (Step((Transfer(0, 1, Buf.INPUT, 1, Buf.OUTPUT, 0, 1, Op.COPY),
+                   Transfer(2, 2, Buf.INPUT, 0, Buf.OUTPUT, 4, 2, Op.COPY))),
+             Step(()),
+             Step((Transfer(1, 0, Buf.OUTPUT, 0, Buf.SCRATCH, 1, 1, Op.REDUCE),)))
+    s = Schedule(coll, "x", steps, 2)
+    c = s.columns()
+    assert c.src.tolist() == [0, 2, 1] and c.dst.tolist() == [1, 2, 0]
+    assert c.src_buf.tolist() == [0, 0, 1] and c.dst_buf.tolist() == [1, 1, 2]
+    assert c.src_index.tolist() == [1, 0, 0] and c.dst_index.tolist() == [0, 4, 1]
+    assert c.count.tolist() == [1, 2, 1] and c.op.tolist() == [0, 0, 1]
+    assert c.step_offsets.tolist() == [0, 2, 2, 3] and s.num_steps == 3
+    assert not c.src.flags.writeable
+    again = Schedule.from_columns(coll, "x", c, 2)
+    assert again == s and hash(again) == hash(s) and again.steps == steps
+    assert again.transfer(2) == (2, 0, steps[2].transfers[0])
+    import pickle
+
+    assert pickle.loads(pickle.dumps(again)) == s
+    assert s != Schedule(coll, "x", steps[:1], 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        again.scratch_chunks = 3
+
+
+def test_from_columns_names_what_is_wrong() -> None:
+    coll = Collective(Kind.ALLREDUCE, 4, 4)
+    good = ScheduleBuilder(coll, "x")
+    with good.step():
+        good.add_many([0, 1, 2], [1, 2, 3], [0, 1, 2])
+    cols = good.build().columns()._asdict()
+    with pytest.raises(ScheduleError, match=r"step 0 transfer 2: dst rank 7 out of range 0\.\.3"):
+        Schedule.from_columns(coll, "x", {**cols, "dst": [1, 2, 7]})
+    with pytest.raises(ScheduleError, match="step 0 transfer 1: op code 2"):
+        Schedule.from_columns(coll, "x", {**cols, "op": [0, 2, 0]})
+    with pytest.raises(ScheduleError, match="step_offsets must rise from 0 to 3"):
+        Schedule.from_columns(coll, "x", {**cols, "step_offsets": [0, 2]})
+    with pytest.raises(ScheduleError, match="missing count"):
+        Schedule.from_columns(coll, "x", {f: v for f, v in cols.items() if f != "count"})
+    with pytest.raises(ScheduleError, match="src must be a 1-d array"):
+        Schedule.from_columns(coll, "x", {**cols, "src": [0.0, 1.0, 2.0]})
+
+
+def test_add_many_is_the_same_as_one_call_per_element() -> None:
+    coll = Collective(Kind.ALLGATHER, 4, 2)
+    one = ScheduleBuilder(coll, "x")
+    many = ScheduleBuilder(coll, "x")
+    with one.step():
+        for r in range(4):
+            one.copy(r, (r + 1) % 4, 0, 2, dst_buf=Buf.OUTPUT, dst_index=2 * r)
+    with one.step():
+        for r in range(4):
+            one.reduce(r, r, 1, buf=Buf.OUTPUT, dst_index=(r + 3) % 8)
+    with many.step():
+        many.add_many(range(4), [1, 2, 3, 0], 0, 2, dst_buf=Buf.OUTPUT, dst_index=[0, 2, 4, 6])
+    with many.step():
+        many.add_many(range(4), range(4), 1, op="reduce", buf="output", dst_index=[3, 4, 5, 6])
+    assert many.build() == one.build()
+    with many.step(), pytest.raises(ScheduleError, match="step 2 transfer 1: src_index 4294967296"):
+        many.add_many([0, 1], 1, [0, 1 << 32])
+    with many.step(), pytest.raises(ScheduleError, match="do not broadcast"):
+        many.add_many([0, 1], [1, 2, 3], 0)
