@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from algorithms.ir import Buf, Kind, Op, Schedule, Transfer
-from sim.dataflow import dataflow_graph
+from sim.dataflow import dataflow_graph, invert
 
 __all__ = ["Item", "RankPlan", "Role", "fingerprint", "rank_plan"]
 
@@ -129,16 +129,10 @@ def _compile(schedule: Schedule, rank: int) -> RankPlan:
             role, peer, staged = Role.RECV, t.src, t.op is Op.REDUCE or bool(after)
         deps = tuple(local[d] for d in graph.deps[tid] if d in local)
         items.append(Item(tid, graph.steps[tid], index_in_step[tid], t, role, staged, peer, deps, after))
-    dependents: list[list[int]] = [[] for _ in items]
-    readers_of: list[list[int]] = [[] for _ in items]
     per_step: dict[int, int] = {}
     local_per_step: dict[int, int] = {}
     staged_recvs: list[int] = []
     for i, it in enumerate(items):
-        for d in it.deps:
-            dependents[d].append(i)
-        for r in it.after:
-            readers_of[r].append(i)
         if it.staged and it.role is Role.RECV:
             staged_recvs.append(i)
             per_step[it.step] = per_step.get(it.step, 0) + it.transfer.count
@@ -149,7 +143,8 @@ def _compile(schedule: Schedule, rank: int) -> RankPlan:
     writes_input = any(it.transfer.dst_buf is Buf.INPUT and it.transfer.dst == rank for it in items)
     return RankPlan(
         schedule, rank, tuple(items),
-        tuple(tuple(d) for d in dependents), tuple(tuple(r) for r in readers_of),
+        tuple(tuple(d) for d in invert([it.deps for it in items], len(items))),
+        tuple(tuple(r) for r in invert([it.after for it in items], len(items))),
         tuple(staged_recvs), min(total, 2 * step_max), max(local_per_step.values(), default=0),
         writes_input or schedule.collective.kind is Kind.BARRIER, fingerprint(schedule),
     )
