@@ -44,6 +44,7 @@ from xml.sax.saxutils import quoteattr
 
 from algorithms.errors import ScheduleError
 from algorithms.ir import MAX_RANKS, MAX_SLOTS, Buf, Collective, Kind, Op, Schedule, Step, Transfer
+from algorithms.registry import no_gc
 
 __all__ = [
     "Finding", "Program", "ProgramGpu", "ProgramTb", "ProgramStep",
@@ -162,16 +163,24 @@ class _Reject(Exception):
     """Raised inside expat handlers; turned into a ScheduleError with the line."""
 
 
+_INTS: dict[str, int] = {}
+
+
 def _int(attrs: dict[str, str], name: str, where: str, default: int | None = None) -> int:
     v = attrs.get(name)
     if v is None:
         if default is not None:
             return default
         raise _Reject(f"{where}: missing attribute {name!r}")
-    v = v.strip()
-    if not _INT.fullmatch(v):
+    got = _INTS.get(v)
+    if got is not None:
+        return got
+    w = v.strip()
+    if not _INT.fullmatch(w):
         raise _Reject(f"{where}: attribute {name}={v!r} is not an integer")
-    return int(v)
+    if len(_INTS) < 1 << 16:
+        _INTS[v] = int(w)
+    return int(w)
 
 
 class _Parser:
@@ -229,7 +238,7 @@ class _Parser:
             for k, v in zip(("i_chunks", "o_chunks", "s_chunks"), sizes, strict=True):
                 if not 0 <= v <= MAX_SLOTS // self.program.ngpus:
                     raise _Reject(f"{where}: {k}={v} out of range")
-            self.gpu = ProgramGpu(gid, *sizes, line=self.p.CurrentLineNumber)
+            self.gpu = ProgramGpu(gid, sizes[0], sizes[1], sizes[2], self.p.CurrentLineNumber)
             self.program.gpus[gid] = self.gpu
             return
         if tag == "tb":
@@ -418,6 +427,8 @@ class _Mapper:
         self.o_base = scratch if (kind in (Kind.ALLREDUCE, None) and not inplace) else -1
         self.scratch_base = scratch + (sz.o if self.o_base >= 0 else 0)  # first temporary slot
         self.part = sz.chunks if kind in _WIDE else 0
+        # Every buffer maps onto one collsched buffer at a fixed offset, except in-place allgather/reducescatter.
+        self.affine = not (inplace and kind in (Kind.ALLGATHER, Kind.REDUCESCATTER))
 
     def chunk(self, rank: int, b: str, off: int) -> tuple[Buf, int]:
         kind = self.sz.kind
@@ -440,6 +451,9 @@ class _Mapper:
 
     def segments(self, rank: int, b: str, off: int, cnt: int) -> list[tuple[Buf, int, int]]:
         """The range as maximal runs of (buffer, index, length) in collsched slots."""
+        if self.affine:
+            buf, idx = self.chunk(rank, b, off)
+            return [(buf, idx, cnt)]
         out: list[tuple[Buf, int, int]] = []
         for k in range(cnt):
             buf, idx = self.chunk(rank, b, off + k)
@@ -686,9 +700,10 @@ class _Graph:
         self.trans: list[list[Transfer]] = []
         self.origin: list[_StepRef] = []
         self.capture: dict[int, int] = {}  # send-read node -> its message node
+        self.after: dict[tuple[int, int], int] = {}  # (node, pred) -> 1 when node goes a level after pred
 
     def node(self, origin: _StepRef, preds: Iterable[int] = (), trans: list[Transfer] | None = None) -> int:
-        self.preds.append([p for p in preds if p >= 0])
+        self.preds.append(list(preds))
         self.trans.append(trans or [])
         self.origin.append(origin)
         return len(self.preds) - 1
@@ -801,23 +816,75 @@ def to_schedule(program: Program, *, inplace: bool | None = None, allow_custom: 
         gr.preds[m].append(r)
         done[a_ref] = r
     for gnode, deps in gate_preds.items():
-        gr.preds[gnode].extend(done[d] for d, _ in deps)
+        ref = gr.origin[gnode]
+        st = program.gpus[ref[0]].tbs[ref[1]].steps[ref[2]]
+        writes: set[int] | None = None
+        for d, _ in deps:
+            u = done[d]
+            gr.preds[gnode].append(u)
+            m = gr.capture.get(u)  # u: a send's read; m: its message
+            if not gr.trans[u] and m is None:
+                continue
+            if writes is None:
+                writes = _written(mapper, ref[0], st)
+            if m is not None:
+                gr.after[(gnode, u)] = _after(gr.trans[m], writes, False, reads_only=True)
+            else:
+                gr.after[(gnode, u)] = _after(gr.trans[u], writes, st.type in ("rrc", "rrcs", "re"))
 
     lev = _Leveler(gr, program, mapper, temp_next)
     lev.run()
     return lev.assemble(name or program.name)
 
 
+_BUFCODE = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
+
+
+def _key(rank: int, buf: Buf, index: int) -> int:
+    """One integer per (rank, buffer, index) slot; consecutive indices get consecutive keys."""
+    return ((rank * 3 + _BUFCODE[buf]) << 34) + index
+
+
+def _written(mapper: _Mapper, rank: int, st: ProgramStep) -> set[int]:
+    """Slot keys a step writes on its own gpu (an rrs writes only a fresh temporary: none)."""
+    if st.dstbuf is None or st.type == "rrs":
+        return set()
+    return {_key(rank, buf, idx + k) for buf, idx, n in mapper.segments(rank, st.dstbuf, st.dstoff, st.cnt)
+            for k in range(n)}
+
+
+def _after(done: list[Transfer], writes: set[int], reduces: bool, *, reads_only: bool = False) -> int:
+    """1 when a step waiting for a node goes to the next level; 0 when lockstep lets it share the level.
+
+    ``done``: the node's transfers (``reads_only``: the message whose source a
+    send read). Sharing is allowed when the waiter only overwrites what the node
+    read (a step's reads see its start) or reduces into slots the node also
+    reduced into.
+    """
+    for t in done:
+        sk, dk = _key(t.src, t.src_buf, t.src_index), _key(t.dst, t.dst_buf, t.dst_index)
+        if (reads_only or t.src == t.dst) and any(sk + k in writes for k in range(t.count)):
+            continue  # write after read
+        if reads_only:
+            return 1
+        if reduces and t.op is Op.REDUCE and any(dk + k in writes for k in range(t.count)):
+            continue  # reduce after reduce
+        return 1
+    return 0
+
+
 class _Leveler:
     """Places every node at its lockstep level (module docstring), staging buffered sends where needed.
 
-    Levels are 1-based (0: an ordering point before any transfer). A node
-    follows its happens-before predecessors (same level allowed) and every
-    write to a slot it reads or writes (the next level; a reduce may share a
-    level with an earlier reduce into the same slot). A send's value is taken
-    when its sender runs it: when a later write to that source comes before the
-    message's level, the value is first copied to a scratch slot at the send's
-    level and the message leaves from there.
+    Levels are 1-based (0: an ordering point before any transfer). A node comes
+    at or after its happens-before predecessors, and after (in the next level)
+    a predecessor that copied data (a thread block waiting for a copy or a plain
+    receive starts once it landed), and after every earlier write of a slot it
+    reads or writes, except that reductions into one slot may share a level (they
+    commute, and a step may hold several). A send takes its value when its
+    sender runs it; the message reads that value where it lies if nothing
+    overwrites it before the message's level, else the value is first copied
+    to a fresh scratch slot at the send's level and the message leaves from there.
     """
 
     def __init__(self, gr: _Graph, program: Program, mapper: _Mapper, temp_next: list[int]) -> None:
@@ -826,12 +893,13 @@ class _Leveler:
         self.mapper = mapper
         self.temp_next = temp_next
         self.level = [0] * len(gr.preds)
-        self.lw: dict[tuple[int, Buf, int], int] = {}  # level of the last write of a slot (absent: 0)
-        self.lc: dict[tuple[int, Buf, int], int] = {}  # level of the last copy into it
-        self.pending: dict[tuple[int, Buf, int], list[int]] = {}  # source slot -> captured messages in flight
-        self.in_flight: set[int] = set()
+        # Slots are keyed by _key(rank, buffer, index).
+        self.lw: dict[int, int] = {}  # level of the last write of a slot (absent: 0)
+        self.lc: dict[int, int] = {}  # level of the last copy into it
+        self.pending: dict[int, list[int]] = {}  # source slot -> captured messages that may be in flight
+        self.bound: dict[int, int] = {}  # message in flight -> earliest level its value exists at
+        self.overwritten: dict[int, int] = {}  # message in flight -> earliest level its source is overwritten
         self.staged: list[tuple[int, Transfer]] = []
-        self.read_level: dict[int, int] = {}
 
     def run(self) -> None:
         gr = self.gr
@@ -843,48 +911,83 @@ class _Leveler:
             for u in ps:
                 succ[u].append(v)
         level = self.level
-        lw, lc = self.lw, self.lc
+        lw, lc, pending, bound, overwritten = self.lw, self.lc, self.pending, self.bound, self.overwritten
+        lr: dict[int, int] = {}  # level of the last read of a slot
+        trans, preds, capture = gr.trans, gr.preds, gr.capture
+        after = gr.after
         queue = deque(v for v in range(n) if indeg[v] == 0)
         seen = 0
         copy = Op.COPY
+        key = _key
         while queue:
             v = queue.popleft()
             seen += 1
-            lv = max((level[u] for u in gr.preds[v]), default=0)
-            ts = gr.trans[v]
+            lv = 0
+            for u in preds[v]:
+                x = level[u] + after.get((v, u), 0)
+                if x > lv:
+                    lv = x
+            ts = trans[v]
             if ts:
-                self.in_flight.discard(v)
-                lv = max(lv, 1)
+                captured = bound.pop(v, None)
+                if lv < 1:
+                    lv = 1
+                if captured is not None:
+                    lv = max(lv, captured)
                 for t in ts:
+                    dk = key(t.dst, t.dst_buf, t.dst_index)
+                    if captured is None:
+                        sk = key(t.src, t.src_buf, t.src_index)
+                        for k in range(t.count):
+                            w = lw.get(sk + k, 0) + 1
+                            if w > lv:
+                                lv = w
                     for k in range(t.count):
-                        d = (t.dst, t.dst_buf, t.dst_index + k)
-                        w = lw.get((t.src, t.src_buf, t.src_index + k), 0) + 1
                         if t.op is copy:
-                            w2 = lw.get(d, 0) + 1
+                            w = lw.get(dk + k, 0) + 1
                         else:
-                            w2 = max(lc.get(d, 0) + 1, lw.get(d, 0))
-                        lv = max(lv, w, w2)
-                for t in ts:
+                            w = max(lc.get(dk + k, 0) + 1, lw.get(dk + k, 0))
+                        w = max(w, lr.get(dk + k, 0))  # after reads already placed (they read the old value)
+                        if w > lv:
+                            lv = w
+                if pending:
+                    # Writes over the source of messages still in flight: at or after their value's level.
+                    hit: list[int] = []
+                    for t in ts:
+                        dk = key(t.dst, t.dst_buf, t.dst_index)
+                        for k in range(t.count):
+                            waiting = pending.get(dk + k)
+                            if waiting:
+                                live = [m for m in waiting if m in bound]
+                                if live:
+                                    pending[dk + k] = live
+                                    hit.extend(m for m in live if m != v)
+                                else:
+                                    del pending[dk + k]
+                    for m in hit:
+                        lv = max(lv, bound[m])
+                    for m in hit:
+                        overwritten[m] = min(overwritten.get(m, lv), lv)
+                if captured is not None and v in overwritten and overwritten[v] < lv:
+                    self._stage(v, captured)
+                for t in trans[v]:
+                    dk = key(t.dst, t.dst_buf, t.dst_index)
+                    sk = key(t.src, t.src_buf, t.src_index)
                     for k in range(t.count):
-                        d = (t.dst, t.dst_buf, t.dst_index + k)
-                        waiting = self.pending.pop(d, None)
-                        if waiting:
-                            for m in waiting:
-                                if m in self.in_flight and m != v:
-                                    lv = max(lv, self._stage(m))
-                for t in ts:
-                    for k in range(t.count):
-                        d = (t.dst, t.dst_buf, t.dst_index + k)
-                        lw[d] = lv
+                        lw[dk + k] = lv
                         if t.op is copy:
-                            lc[d] = lv
-            elif v in gr.capture:
-                m = gr.capture[v]
-                self.in_flight.add(m)
-                self.read_level[m] = lv
-                for t in gr.trans[m]:
+                            lc[dk + k] = lv
+                        if lr.get(sk + k, 0) < lv:
+                            lr[sk + k] = lv
+            elif v in capture:
+                m = capture[v]
+                b = max(lv, 1)
+                for t in trans[m]:
+                    sk = key(t.src, t.src_buf, t.src_index)
                     for k in range(t.count):
-                        self.pending.setdefault((t.src, t.src_buf, t.src_index + k), []).append(m)
+                        b = max(b, lw.get(sk + k, 0) + 1)
+                        pending.setdefault(sk + k, []).append(m)
+                bound[m] = b
             level[v] = lv
             for w in succ[v]:
                 indeg[w] -= 1
@@ -895,27 +998,16 @@ class _Leveler:
             raise ScheduleError(f"{_where(gr.origin[stuck], self.program)}: cyclic dependencies (thread-block "
                                 "order, depid waits and send/receive matching form a cycle: the executor deadlocks)")
 
-    def _stage(self, m: int) -> int:
-        """Copy message m's source to fresh scratch at its send's level; m then leaves from there."""
-        self.in_flight.discard(m)
-        lw, lc = self.lw, self.lc
-        ts = self.gr.trans[m]
-        lv = max(1, self.read_level[m])
-        for t in ts:
-            for k in range(t.count):
-                lv = max(lv, lw.get((t.src, t.src_buf, t.src_index + k), 0) + 1)
+    def _stage(self, m: int, lv: int) -> None:
+        """Copy message m's source to fresh scratch at level lv (when the send took it); m leaves from there."""
         moved: list[Transfer] = []
-        for t in ts:
+        for t in self.gr.trans[m]:
             base = self.temp_next[t.src]
             self.temp_next[t.src] += t.count
             self.staged.append((lv, Transfer(t.src, t.src, t.src_buf, t.src_index, Buf.SCRATCH, base, t.count,
                                              Op.COPY)))
-            for k in range(t.count):
-                lw[(t.src, Buf.SCRATCH, base + k)] = lv
-                lc[(t.src, Buf.SCRATCH, base + k)] = lv
             moved.append(t._replace(src_buf=Buf.SCRATCH, src_index=base))
         self.gr.trans[m] = moved
-        return lv
 
     def assemble(self, name: str) -> Schedule:
         level = self.level
@@ -939,8 +1031,9 @@ class _Leveler:
         out: list[tuple[int, Transfer]] = []
 
         def add(r: int, sb: Buf, si: int, db: Buf, di: int, n: int, lv: int = 0) -> None:
+            sk, dk = _key(r, sb, si), _key(r, db, di)
             for k in range(n):
-                lv = max(lv, lw.get((r, sb, si + k), 0) + 1, lw.get((r, db, di + k), 0) + 1)
+                lv = max(lv, lw.get(sk + k, 0) + 1, lw.get(dk + k, 0) + 1)
             out.append((lv, Transfer(r, r, sb, si, db, di, n, Op.COPY)))
 
         if kind is Kind.ALLREDUCE and mapper.o_base >= 0:
@@ -964,7 +1057,8 @@ def loads_msccl(text: str | bytes, *, inplace: bool | None = None, allow_custom:
     """Import MSCCL-IR text or bytes (``to_schedule``)."""
     if len(text) > MAX_FILE_BYTES:
         raise ScheduleError(f"MSCCL-IR text is {len(text)} bytes, over the limit of {MAX_FILE_BYTES}")
-    return to_schedule(_Parser().parse(text), inplace=inplace, allow_custom=allow_custom)
+    with no_gc():
+        return to_schedule(_Parser().parse(text), inplace=inplace, allow_custom=allow_custom)
 
 
 def load_msccl(path_or_text: str | bytes | os.PathLike[str], *, inplace: bool | None = None,
@@ -976,6 +1070,354 @@ def load_msccl(path_or_text: str | bytes | os.PathLike[str], *, inplace: bool | 
     """
     data, label = _read(path_or_text)
     try:
-        return to_schedule(_Parser().parse(data), inplace=inplace, allow_custom=allow_custom)
+        with no_gc():
+            return to_schedule(_Parser().parse(data), inplace=inplace, allow_custom=allow_custom)
     except ScheduleError as e:
         raise ScheduleError(f"{label}{e}") from None
+
+
+# --------------------------------------------------------------------------------------------- export
+
+_EXPORT_KINDS = {Kind.ALLREDUCE: "allreduce", Kind.ALLGATHER: "allgather", Kind.REDUCESCATTER: "reducescatter",
+                 Kind.ALLTOALL: "alltoall"}
+_CHAR = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
+_SEND, _RECV, _LOCAL = 0, 1, 2
+
+
+@dataclass(slots=True)
+class _Op:
+    """One MSCCL step before numbering: a send, a receive or a local op of one transfer."""
+
+    rank: int
+    role: int
+    peer: int
+    step: int
+    transfer: Transfer
+    deps: set[int] = field(default_factory=set)
+    tb: int = -1  # thread block index on its rank
+    pos: int = -1  # position among the tb's real (non-nop) steps
+    kept: list[int] = field(default_factory=list)  # dependencies carried (after pruning)
+    s: int = -1
+
+
+def _export_transfers(schedule: Schedule) -> list[tuple[int, Transfer]]:
+    """(step, transfer) in program order, counts above the executor's limit split into pieces."""
+    out: list[tuple[int, Transfer]] = []
+    for si, step in enumerate(schedule.steps):
+        for t in step.transfers:
+            if t.count <= MAX_CNT:
+                out.append((si, t))
+                continue
+            for k in range(0, t.count, MAX_CNT):
+                n = min(MAX_CNT, t.count - k)
+                out.append((si, t._replace(src_index=t.src_index + k, dst_index=t.dst_index + k, count=n)))
+    return out
+
+
+def _export_ops(schedule: Schedule) -> list[_Op]:
+    """The ops of every transfer, each with the ops (same rank) it must wait for: the dataflow order."""
+    trs = _export_transfers(schedule)
+    ops: list[_Op] = []
+    read_side: list[int] = []  # op that reads transfer i's source
+    write_side: list[int] = []  # op that writes transfer i's destination
+    for si, t in trs:
+        if t.src == t.dst:
+            ops.append(_Op(t.src, _LOCAL, -1, si, t))
+            read_side.append(len(ops) - 1)
+            write_side.append(len(ops) - 1)
+        else:
+            ops.append(_Op(t.src, _SEND, t.dst, si, t))
+            ops.append(_Op(t.dst, _RECV, t.src, si, t))
+            read_side.append(len(ops) - 2)
+            write_side.append(len(ops) - 1)
+    writers: dict[int, list[int]] = {}  # slot -> transfers that last wrote it (one step's)
+    readers: dict[int, list[int]] = {}  # slot -> transfers that read it since
+    paced = [False] * len(trs)  # has a data dependency on the step before
+    i = 0
+    while i < len(trs):
+        si = trs[i][0]
+        j = i
+        while j < len(trs) and trs[j][0] == si:
+            j += 1
+        step_reads: dict[int, list[int]] = {}
+        step_writes: dict[int, list[int]] = {}
+        for x in range(i, j):
+            t = trs[x][1]
+            sk, dk = _key(t.src, t.src_buf, t.src_index), _key(t.dst, t.dst_buf, t.dst_index)
+            rd, wr = ops[read_side[x]].deps, ops[write_side[x]].deps
+            for k in range(t.count):
+                for w in writers.get(sk + k, ()):
+                    rd.add(write_side[w])  # read after write
+                    if trs[w][0] == si - 1:
+                        paced[x] = True
+                for w in writers.get(dk + k, ()):
+                    wr.add(write_side[w])  # write after write
+                    if trs[w][0] == si - 1 and (t.op is Op.COPY or trs[w][1].op is Op.COPY):
+                        paced[x] = True
+                for r in readers.get(dk + k, ()):
+                    wr.add(read_side[r])  # write after read
+                step_reads.setdefault(sk + k, []).append(x)
+                step_writes.setdefault(dk + k, []).append(x)
+        for slot, ws in step_writes.items():
+            for r in step_reads.get(slot, ()):
+                for w in ws:
+                    if w != r:
+                        ops[write_side[w]].deps.add(read_side[r])  # same step: the read goes first
+            for a, b in zip(ws, ws[1:], strict=False):
+                ops[write_side[b]].deps.add(write_side[a])  # two writes of one slot (reduces) take turns
+        for slot, rs in step_reads.items():
+            readers.setdefault(slot, []).extend(rs)
+        for slot, ws in step_writes.items():
+            writers[slot] = ws
+            readers.pop(slot, None)
+        i = j
+    _pace(trs, ops, read_side, write_side, paced)
+    for o, op in enumerate(ops):
+        op.deps.discard(o)
+    return ops
+
+
+def _pace(trs: list[tuple[int, Transfer]], ops: list[_Op], read_side: list[int], write_side: list[int],
+          paced: list[bool]) -> None:
+    """Keep the schedule's steps: a transfer with no data dependency on the step before waits for an op
+    of that step on one of its ranks, so that MSCCL runs it no earlier than the schedule does (and an
+    import places it in the same step)."""
+    copies: dict[tuple[int, int], int] = {}  # (rank, step) -> an op there
+    for x, (si, t) in enumerate(trs):
+        copies.setdefault((t.src, si), read_side[x])
+        copies.setdefault((t.dst, si), write_side[x])
+    for x, (si, t) in enumerate(trs):
+        if si == 0 or paced[x]:
+            continue
+        o = copies.get((t.src, si - 1))
+        if o is not None:
+            ops[read_side[x]].deps.add(o)
+            continue
+        o = copies.get((t.dst, si - 1))
+        if o is not None:
+            ops[write_side[x]].deps.add(o)
+
+
+def _assign(ops: list[_Op], p: int, per_tb: int, nchannels: int
+            ) -> tuple[list[list[tuple[int, int, int]]], dict[tuple[int, int, int, int, int], int]]:
+    """Thread blocks (send peer, recv peer, chan) per rank; each op gets its tb and position."""
+    lane_count: dict[tuple[int, int, int, int], int] = {}
+    seq_len: dict[tuple[int, int, int, int], int] = {}
+    keys: list[tuple[int, int, int, int, int]] = []
+    for op in ops:
+        lk = (op.rank, op.role, op.peer, op.step)
+        lane = lane_count.get(lk, 0)
+        lane_count[lk] = lane + 1
+        sk = (op.rank, op.role, op.peer, lane)
+        n = seq_len.get(sk, 0)
+        seq_len[sk] = n + 1
+        keys.append((op.rank, op.role, op.peer, lane, n // per_tb))
+    # Channels: both ends of a connection agree; at most 32 senders and 32 receivers per channel per rank.
+    chan: dict[tuple[int, int, int, int], int] = {}
+    out_n: dict[tuple[int, int], int] = {}
+    in_n: dict[tuple[int, int], int] = {}
+    used: dict[tuple[int, int], set[int]] = {}
+    for rank, role, peer, lane, seg in sorted(set(keys)):
+        if role != _SEND:
+            continue
+        ck = (rank, peer, lane, seg)
+        taken = used.setdefault((rank, peer), set())
+        c = (lane + seg) % nchannels
+        while (c in taken or out_n.get((rank, c), 0) >= MAX_TBS_PER_CHANNEL
+               or in_n.get((peer, c), 0) >= MAX_TBS_PER_CHANNEL):
+            c += 1
+        taken.add(c)
+        out_n[(rank, c)] = out_n.get((rank, c), 0) + 1
+        in_n[(peer, c)] = in_n.get((peer, c), 0) + 1
+        chan[ck] = c
+    tbs: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]
+    tb_of: dict[tuple[int, int, int, int, int], int] = {}
+    for key in sorted(set(keys)):
+        rank, role, peer, lane, seg = key
+        if role == _SEND:
+            tbs[rank].append((peer, -1, chan[(rank, peer, lane, seg)]))
+        elif role == _RECV:
+            tbs[rank].append((-1, peer, chan[(peer, rank, lane, seg)]))
+        else:
+            tbs[rank].append((-1, -1, 0))
+        tb_of[key] = len(tbs[rank]) - 1
+    count: dict[tuple[int, int], int] = {}
+    for op, key in zip(ops, keys, strict=True):
+        op.tb = tb_of[key]
+        n = count.get((op.rank, op.tb), 0)
+        op.pos = n
+        count[(op.rank, op.tb)] = n + 1
+    return tbs, tb_of
+
+
+def _prune(ops: list[_Op], tbs: list[list[tuple[int, int, int]]]) -> list[list[list[int]]]:
+    """Keep only dependencies no other (kept or program-order) one implies; the ops of each tb in order."""
+    p = len(tbs)
+    by_rank: list[list[int]] = [[] for _ in range(p)]
+    for o, op in enumerate(ops):
+        by_rank[op.rank].append(o)
+    programs: list[list[list[int]]] = [[[] for _ in tbs[r]] for r in range(p)]
+    for o in (o for r in range(p) for o in by_rank[r]):
+        programs[ops[o].rank][ops[o].tb].append(o)
+    for r in range(p):
+        mine = by_rank[r]
+        prev: dict[int, int] = {}
+        for prog in programs[r]:
+            for a, b in zip(prog, prog[1:], strict=False):
+                prev[b] = a
+        # Topological order of this rank's ops under program order and dependencies.
+        indeg = {o: len(ops[o].deps) + (1 if o in prev else 0) for o in mine}
+        succ: dict[int, list[int]] = {}
+        for o in mine:
+            for d in ops[o].deps:
+                succ.setdefault(d, []).append(o)
+            if o in prev:
+                succ.setdefault(prev[o], []).append(o)
+        queue = deque(o for o in mine if indeg[o] == 0)
+        order: list[int] = []
+        while queue:
+            o = queue.popleft()
+            order.append(o)
+            for w in succ.get(o, ()):
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    queue.append(w)
+        if len(order) < len(mine):
+            o = next(o for o in mine if indeg[o] > 0)
+            raise ScheduleError(
+                f"step {ops[o].step}: on rank {r}, transfers of one step read and write each other's slots "
+                f"(e.g. a swap, {ops[o].transfer!r}); MSCCL runs them in some order, so stage one through "
+                "scratch first")
+        rank_of = {o: i for i, o in enumerate(order)}
+        ntb = len(tbs[r])
+        vc: dict[int, list[int]] = {}
+        for o in order:
+            op = ops[o]
+            base = list(vc[prev[o]]) if o in prev else [-1] * ntb
+            for d in sorted(op.deps, key=rank_of.__getitem__, reverse=True):
+                dop = ops[d]
+                if base[dop.tb] < dop.pos:
+                    op.kept.append(d)
+                    dv = vc[d]
+                    base = [x if x > y else y for x, y in zip(base, dv, strict=True)]
+            base[op.tb] = op.pos
+            vc[o] = base
+    return programs
+
+
+def dumps_msccl(schedule: Schedule, *, name: str | None = None, proto: str = "Simple", nchannels: int = 1,
+                min_bytes: int = 0, max_bytes: int = 0, max_steps: int = 64) -> str:
+    """The schedule as MSCCL-IR XML the MSCCL executor (NCCL) and RCCL accept as written (module docstring).
+
+    ``proto``: Simple, LL or LL128. ``nchannels``: spread connections over at
+    least this many channels (more are used where a thread block would exceed
+    ``max_steps`` steps, the executor's MSCCL_MAX_NUM_STEPS, or a channel would
+    get more than 32 senders or receivers). ``min_bytes``/``max_bytes``: the
+    call sizes the executor picks this algorithm for (0: unlimited). Allreduce
+    is written in-place (collsched's all-reduce is), the other kinds
+    out-of-place. Kinds MSCCL-IR cannot express (rooted kinds: the format has
+    no root; barrier) raise ``ScheduleError``.
+    """
+    coll = schedule.collective
+    if coll.kind not in _EXPORT_KINDS:
+        why = "the format has no root attribute" if coll.root is not None else "MSCCL has no such collective"
+        raise ScheduleError(f"cannot write {coll.kind} as MSCCL-IR ({why}); it holds allreduce, allgather, "
+                            "reducescatter and alltoall")
+    if proto not in PROTO_SLOTS:
+        raise ScheduleError(f"proto must be one of {', '.join(PROTO_SLOTS)}, got {proto!r}")
+    for label, v, low in (("nchannels", nchannels, 1), ("max_steps", max_steps, 2), ("min_bytes", min_bytes, 0),
+                          ("max_bytes", max_bytes, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ScheduleError(f"{label} must be an integer >= {low}, got {v!r}")
+    p = coll.ranks
+    with no_gc():
+        ops = _export_ops(schedule)
+        per_tb = max_steps
+        while True:
+            for op in ops:
+                op.kept = []
+            tbs, _ = _assign(ops, p, per_tb, nchannels)
+            programs = _prune(ops, tbs)
+            longest = max((sum(1 + max(0, len(ops[o].kept) - 1) for o in prog)
+                           for progs in programs for prog in progs), default=0)
+            if longest <= max_steps:
+                break
+            if per_tb == 1:
+                raise ScheduleError(f"a thread block needs {longest} steps (with its dependencies' nops), over "
+                                    f"max_steps={max_steps}")
+            per_tb = max(1, per_tb // 2)
+        return _write(schedule, ops, tbs, programs, name or schedule.name, proto, min_bytes, max_bytes)
+
+
+def _write(schedule: Schedule, ops: list[_Op], tbs: list[list[tuple[int, int, int]]],
+           programs: list[list[list[int]]], name: str, proto: str, min_bytes: int, max_bytes: int) -> str:
+    coll = schedule.collective
+    p = coll.ranks
+    # Number the steps (nops first, each carrying one dependency) and mark dependency targets.
+    hasdep: set[int] = set()
+    for r in range(p):
+        for prog in programs[r]:
+            s = 0
+            for o in prog:
+                s += max(0, len(ops[o].kept) - 1)
+                ops[o].s = s
+                s += 1
+                hasdep.update(ops[o].kept)
+    big = coll.kind is not Kind.ALLREDUCE
+    nchunks = coll.chunks * (p if big else 1)
+    inplace, outofplace = (0, 1) if big else (1, 0)
+    nch = 1 + max((c for rank_tbs in tbs for _, _, c in rank_tbs), default=0)
+    out = [f'<algo name={quoteattr(name)} proto="{proto}" nchannels="{nch}" nchunksperloop="{nchunks}" '
+           f'ngpus="{p}" coll="{_EXPORT_KINDS[coll.kind]}" inplace="{inplace}" outofplace="{outofplace}" '
+           f'minBytes="{min_bytes}" maxBytes="{max_bytes}">\n']
+    nop = '      <step s="{}" type="nop" srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1" cnt="0" depid="{}" ' \
+          'deps="{}" hasdep="0"/>\n'
+    for r in range(p):
+        i_chunks = coll.input_chunks(r)
+        o_chunks = 0 if coll.in_place else coll.output_chunks(r)
+        out.append(f'  <gpu id="{r}" i_chunks="{i_chunks}" o_chunks="{o_chunks}" '
+                   f's_chunks="{schedule.scratch_chunks}">\n')
+        for tb, (send, recv, chan) in enumerate(tbs[r]):
+            out.append(f'    <tb id="{tb}" send="{send}" recv="{recv}" chan="{chan}">\n')
+            s = 0
+            for o in programs[r][tb]:
+                op = ops[o]
+                for d in op.kept[:-1]:
+                    out.append(nop.format(s, ops[d].tb, ops[d].s))
+                    s += 1
+                t = op.transfer
+                if op.role == _SEND:
+                    kind, sb, so, db, do = "s", t.src_buf, t.src_index, t.dst_buf, t.dst_index
+                elif op.role == _RECV:
+                    kind = "r" if t.op is Op.COPY else "rrc"
+                    sb, so, db, do = t.src_buf, t.src_index, t.dst_buf, t.dst_index
+                    if kind == "rrc":
+                        sb, so = db, do  # rrc reads the local destination
+                else:
+                    kind = "cpy" if t.op is Op.COPY else "re"
+                    sb, so, db, do = t.src_buf, t.src_index, t.dst_buf, t.dst_index
+                if op.kept:
+                    last = ops[op.kept[-1]]
+                    depid, deps = last.tb, last.s
+                else:
+                    depid = deps = -1
+                out.append(f'      <step s="{s}" type="{kind}" srcbuf="{_CHAR[sb]}" srcoff="{so}" '
+                           f'dstbuf="{_CHAR[db]}" dstoff="{do}" cnt="{t.count}" depid="{depid}" deps="{deps}" '
+                           f'hasdep="{1 if o in hasdep else 0}"/>\n')
+                s += 1
+            out.append("    </tb>\n")
+        out.append("  </gpu>\n")
+    out.append("</algo>\n")
+    return "".join(out)
+
+
+def save_msccl(schedule: Schedule, path: str | os.PathLike[str], **options: Any) -> None:
+    """Write ``dumps_msccl(schedule, **options)`` to ``path`` (atomically: a temporary file renamed into place)."""
+    text = dumps_msccl(schedule, **options)
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    except OSError as e:
+        raise ScheduleError(f"{target}: cannot write: {e.strerror or e}") from None
