@@ -48,8 +48,8 @@ from sim import units
 __all__ = ["WRONG", "add_parser", "bus_factor", "main", "parse_sizes", "table"]
 
 WRONG = """#wrong: elements of the result, summed over the ranks that receive one, not exactly equal to the
-expected result on known small-integer data (exact in every dtype, no tolerance); the schedule and torch's
-own collective are each checked this way, once per size, before timing."""
+expected result on known data (integers -3..3: every result is exact in every dtype up to 42 ranks; no
+tolerance); the schedule and torch's own collective are each checked this way, once per size, before timing."""
 
 class BenchError(CollschedError, ValueError):
     """Benchmark options that cannot work (a count out of range, an unknown dtype)."""

@@ -11,6 +11,7 @@ import pytest
 
 from algorithms import build, fileformat
 from runners.cli import main
+from runners.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +28,11 @@ def test_demo_runs_every_stage_and_writes_its_outputs(tmp_path: Path) -> None:
     text = proc.stdout
     assert "ring (allreduce p=3 C=3): 4 steps, 12 transfers: OK" in text
     assert "simulated / closed form 1.0000" in text  # ring on a ring: exactly the closed form
-    assert "#wrong 0: identical to torch" in text and "demo OK" in text
+    # The run step: the policy's choice for 64 KiB on 3 ranks, float32, so a largest difference, not "identical".
+    choice = Policy.from_env().choose("allreduce", 64 * 1024, 3)
+    assert f"run {choice}, the backend's policy's choice for allreduce of 65536 bytes on 3 ranks" in text
+    assert "#wrong 0 on small-integer data" in text and "largest |" in text and "identical" not in text
+    assert "demo OK" in text
     assert fileformat.load(out / "schedule.json") == build("allreduce", "ring", 3)
     trace = json.loads((out / "trace.json").read_text())
     assert any(e.get("ph") == "X" for e in trace["traceEvents"])
@@ -45,3 +50,15 @@ def test_demo_without_the_real_run(tmp_path: Path, capsys: pytest.CaptureFixture
                  "--no-run", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0 and "skipped (--no-run)" in out and "postcondition OK" in out
+
+
+@pytest.mark.multiprocess
+def test_demo_on_integers_with_a_named_algorithm(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.cli", "demo", "--ranks", "2", "-a", "ring", "--run-size", "4KiB",
+         "--dtype", "int32", "--iters", "1", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "run ring, named with --algorithm (the backend's policy would choose" in proc.stdout
+    assert "#wrong 0: identical to torch" in proc.stdout and "largest" not in proc.stdout
