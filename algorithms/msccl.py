@@ -817,7 +817,11 @@ def to_schedule(program: Program, *, inplace: bool | None = None, allow_custom: 
         done[a_ref] = r
     for gnode, deps in gate_preds.items():
         ref = gr.origin[gnode]
-        st = program.gpus[ref[0]].tbs[ref[1]].steps[ref[2]]
+        tb_steps = program.gpus[ref[0]].tbs[ref[1]].steps
+        k = ref[2]
+        while k + 1 < len(tb_steps) and tb_steps[k].type == "nop":
+            k += 1  # a nop carries a dependency for the next real step: judge by what that one does
+        st = tb_steps[k]
         writes: set[int] | None = None
         for d, _ in deps:
             u = done[d]
