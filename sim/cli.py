@@ -6,8 +6,13 @@
     collsched export --collective K --algorithm A --ranks P [--chunks k] [--root R] -o F [--json]
     collsched simulate --collective K --algorithm A --topology SPEC --size 256MiB [--chunks C]
                        [--mode dataflow|lockstep] [--bandwidth 50GB/s] [--latency 1us]
-                       [--trace F.json] [--plot F.png] [--json]
-    collsched sweep --collective K --topology SPEC --sizes 1KiB:1GiB [--file F ...] [--plot F.png] [--json]
+                       [--placement identity|snake|FILE] [--trace F.json] [--plot F.png] [--json]
+    collsched sweep --collective K --topology SPEC --sizes 1KiB:1GiB [--file F ...] [--placement P]
+                    [--plot F.png] [--json]
+
+``--placement`` puts rank r on topology node placement[r] (``sim.placement``);
+``simulate`` says which pairs of ranks that exchange data sit more than one
+hop apart (JSON: ``stretched_pairs``, a list of [src, dst, hops]).
 
 Every subcommand takes ``--import MODULE`` (repeatable; also the environment
 variable ``COLLSCHED_IMPORT=mod1,mod2``): the modules are imported before the
@@ -49,8 +54,10 @@ from sim.units import parse_bandwidth, parse_duration, parse_size, parse_sizes
 
 __all__ = ["add_common_args", "add_schedule_args", "build_parser", "main", "schedule_from_args"]
 
-# Same text as sim.topology.SPEC_FORMS, repeated so that building the parser imports no networkx.
+# Same texts as sim.topology.SPEC_FORMS and sim.placement.PLACEMENT_FORMS, repeated so that building the
+# parser imports no networkx.
 _SPEC_FORMS = "ring:P, uring:P, full:P, switch:P, torus:RxC, fattree:K, cluster:NxG, dgx-h100:N, or a topology file"
+_PLACEMENT_FORMS = "identity, snake (torus:RxC only), or a placement file (collsched.placement/1 JSON)"
 
 
 class ParseError(Exception):
@@ -237,6 +244,9 @@ def _network_args(p: argparse.ArgumentParser) -> None:
                    help="run the cable U-V at factor F of its bandwidth (repeatable)")
     p.add_argument("--straggler", action="append", default=[], metavar="R=T",
                    help="add delay T to every message rank R sends or receives (repeatable)")
+    p.add_argument("--placement", default="identity", metavar="SPEC",
+                   help=f"which topology node each rank runs on: {_PLACEMENT_FORMS}; default identity (rank r on "
+                        "node r). Faults then name ranks: node U of --link-down is where rank U runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -267,11 +277,17 @@ def _add_sim_parsers(subparsers: Any) -> None:
 
 
 def _topology(args: argparse.Namespace) -> Any:
+    """The topology of --topology, its links set by --bandwidth/--latency, its ranks placed by --placement."""
+    from sim.placement import place, placement
     from sim.topology import from_spec
 
     bw = parse_bandwidth(args.bandwidth) if args.bandwidth is not None else None
     lat = parse_duration(args.latency) if args.latency is not None else None
-    return from_spec(args.topology, bandwidth=bw, latency=lat)
+    topo = from_spec(args.topology, bandwidth=bw, latency=lat)
+    if args.placement == "identity":
+        return topo
+    return place(topo, placement(args.placement, topo, topo.ranks),
+                 name=f"{topo.name} placed {Path(args.placement).name}")
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -324,11 +340,26 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     result = simulate(schedule, topo, size, **opts)
     wall = time.perf_counter() - t0
     _write_outputs(result, args)
+    from sim.placement import stretched_pairs
+
+    stretched = stretched_pairs(schedule, topo)
     if args.json:
-        print(json.dumps({**result.to_dict(), "wall_s": wall}))
+        print(json.dumps({**result.to_dict(), "wall_s": wall, "stretched_pairs": [list(t) for t in stretched]}))
     else:
         _print_result(result, schedule, wall, args)
+        _print_stretched(stretched, topo, args.placement)
     return 0 if result.ok else 1
+
+
+def _print_stretched(stretched: Sequence[tuple[int, int, int]], topo: Any, placement: str) -> None:
+    if not stretched:
+        print("  neighbours every pair of ranks that exchanges data is one hop apart")
+        return
+    shown = ", ".join(f"{s}->{d} ({h} hops)" for s, d, h in stretched[:6])
+    more = f" and {len(stretched) - 6} more" if len(stretched) > 6 else ""
+    hint = " (try --placement snake)" if placement != "snake" and topo.name.startswith("torus:") else ""
+    print(f"  stretched  {len(stretched)} pair(s) of ranks that exchange data are more than one hop apart: "
+          f"{shown}{more}{hint}")
 
 
 def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.Namespace) -> None:

@@ -59,7 +59,9 @@ def test_simulate_json_contract_and_closed_form(capsys: pytest.CaptureFixture[st
                          "uring:8", "--size", "256MiB", "--bandwidth", "50GB/s", "--latency", "1us", "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "wall_s"}
+    assert set(doc) == {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "wall_s",
+                        "stretched_pairs"}
+    assert doc["stretched_pairs"] == []  # a ring on a ring: every neighbour one link away
     n, p = 256 * 2**20, 8
     want = 2 * (p - 1) * (1e-6 + n / (p * 50e9))
     assert doc["ok"] is True
@@ -274,3 +276,62 @@ def test_progress_bars_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> No
     assert progress.wanted() and not progress.wanted(False)
     assert type(progress.bar(10, unit="run", enabled=False)).__name__ == "_Silent"
     assert type(progress.bar(10, unit="run")).__name__ == "tqdm"
+
+
+# -- placement ----------------------------------------------------------------------------------------
+
+
+def _ring_time(p: int, n: float, alpha: float, bw: float) -> float:
+    """Ring all-reduce with every neighbour one link away: 2(p-1) steps of alpha + n/(p bw)."""
+    return 2 * (p - 1) * (alpha + n / (p * bw))
+
+
+def test_snake_placement_puts_the_ring_on_one_hop_links(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "-c", "allreduce", "-a", "ring", "-t", "torus:4x4", "--size", "64MiB", "--bandwidth",
+            "50GB/s", "--latency", "1us", "--json"]
+    code, out, _ = run(capsys, *base)
+    row_major = json.loads(out)
+    # Row-major on a 4x4 torus: the ring's step from the end of a row to the start of the next takes two links.
+    assert code == 0 and row_major["stretched_pairs"] == [[3, 4, 2], [7, 8, 2], [11, 12, 2], [15, 0, 2]]
+    code, out, _ = run(capsys, *base, "--placement", "snake")
+    snake = json.loads(out)
+    assert code == 0 and snake["ok"] is True and snake["stretched_pairs"] == []
+    assert snake["time_s"] == pytest.approx(_ring_time(16, 64 * 2**20, 1e-6, 50e9), rel=1e-9)
+    assert row_major["time_s"] > 1.5 * snake["time_s"]
+
+
+def test_simulate_text_says_when_neighbours_are_stretched(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "simulate", "-c", "allreduce", "-a", "ring", "-t", "torus:4x4", "--size", "1MiB")
+    assert code == 0
+    assert ("stretched  4 pair(s) of ranks that exchange data are more than one hop apart: 3->4 (2 hops), "
+            "7->8 (2 hops), 11->12 (2 hops), 15->0 (2 hops) (try --placement snake)") in out
+    code, out, _ = run(capsys, "simulate", "-c", "allreduce", "-a", "ring", "-t", "torus:4x4", "--size", "1MiB",
+                       "--placement", "snake")
+    assert code == 0 and "every pair of ranks that exchanges data is one hop apart" in out and "stretched" not in out
+
+
+def test_a_placement_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "reversed.json"
+    path.write_text(json.dumps([0, 3, 2, 1]))  # rank r on node -r mod 4
+    code, out, _ = run(capsys, "simulate", "-c", "allreduce", "-a", "ring", "-t", "uring:4", "--size", "4KiB",
+                       "--placement", str(path), "--json")
+    # On a one-way ring 0->1->2->3->0, node 0 reaches node 3 (rank 0 -> rank 1) in three links, and so on.
+    assert code == 0 and json.loads(out)["stretched_pairs"] == [[0, 1, 3], [1, 2, 3], [2, 3, 3], [3, 0, 3]]
+
+
+def test_sweep_with_a_placement(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sweep", "-c", "allreduce", "-t", "torus:4x4", "--sizes", "64MiB", "--algorithms",
+                       "ring", "--placement", "snake", "--bandwidth", "50GB/s", "--latency", "1us", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["topology"] == "torus:4x4 placed snake"
+    assert doc["results"][0]["time_s"] == pytest.approx(_ring_time(16, 64 * 2**20, 1e-6, 50e9), rel=1e-9)
+
+
+@pytest.mark.parametrize(("placement", "topology", "message"), [
+    ("snake", "ring:4", "snake"),
+    ("/nonexistent/p.json", "ring:4", "/nonexistent/p.json"),
+])
+def test_placement_errors(capsys: pytest.CaptureFixture[str], placement: str, topology: str, message: str) -> None:
+    code, out, err = run(capsys, "simulate", "-c", "allreduce", "-a", "ring", "-t", topology, "--size", "1KiB",
+                         "--placement", placement)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err
