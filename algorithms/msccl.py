@@ -36,6 +36,7 @@ import re
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
+from itertools import pairwise
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -826,13 +827,13 @@ def to_schedule(program: Program, *, inplace: bool | None = None, allow_custom: 
         for d, _ in deps:
             u = done[d]
             gr.preds[gnode].append(u)
-            m = gr.capture.get(u)  # u: a send's read; m: its message
-            if not gr.trans[u] and m is None:
+            msg = gr.capture.get(u)  # u: a send's read; msg: its message
+            if not gr.trans[u] and msg is None:
                 continue
             if writes is None:
                 writes = _written(mapper, ref[0], st)
-            if m is not None:
-                gr.after[(gnode, u)] = _after(gr.trans[m], writes, False, reads_only=True)
+            if msg is not None:
+                gr.after[(gnode, u)] = _after(gr.trans[msg], writes, False, reads_only=True)
             else:
                 gr.after[(gnode, u)] = _after(gr.trans[u], writes, st.type in ("rrc", "rrcs", "re"))
 
@@ -1080,6 +1081,174 @@ def load_msccl(path_or_text: str | bytes | os.PathLike[str], *, inplace: bool | 
         raise ScheduleError(f"{label}{e}") from None
 
 
+# --------------------------------------------------------------------------------------------- check
+
+ERROR = "error"
+WARNING = "warning"
+MAX_STEPS_EXECUTOR = 64
+"""MSCCL_MAX_NUM_STEPS in the MSCCL executor for NCCL (a build-time constant)."""
+MAX_STEPS_ANY = 256
+"""The old runtime's (and RCCL's) limit on steps per thread block."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing that would stop the MSCCL runtime from loading or finishing a program.
+
+    ``severity`` is ``error`` (it would be rejected, hang or misbehave) or
+    ``warning`` (one runtime rejects it, or it relies on a default).
+    """
+
+    kind: str
+    message: str
+    severity: str = ERROR
+    gpu: int | None = None
+    tb: int | None = None
+    step: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        d: dict[str, Any] = {"kind": self.kind, "severity": self.severity, "message": self.message}
+        for name in ("gpu", "tb", "step"):
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
+        return d
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.message}"
+
+
+def check_msccl(source: str | bytes | os.PathLike[str] | Program, *, capacity: int | None = None) -> list[Finding]:
+    """The static executability check of an MSCCL-IR program (module docstring); [] when it would run.
+
+    ``capacity``: messages a connection buffers (default: 2 for Simple, 8 for
+    LL and LL128, as the runtime's 8 slots allow). A malformed document raises
+    ``ScheduleError`` (it cannot be checked at all).
+    """
+    program = source if isinstance(source, Program) else parse_msccl(source)
+    out: list[Finding] = []
+    a = program.attrs
+    missing = [k for k in _REQUIRED_ALGO if k not in a]
+    if missing:
+        out.append(Finding("missing_attribute", f"algo: no {', '.join(missing)} attribute(s): the MSCCL executor "
+                           "rejects the file as written (the old runtime and RCCL default them)", WARNING))
+    if program.proto not in PROTO_SLOTS:
+        out.append(Finding("bad_attribute", f"algo: proto={program.proto!r} is not one of "
+                           f"{', '.join(PROTO_SLOTS)}"))
+    if program.coll not in _EXECUTOR_COLLS:
+        out.append(Finding("bad_attribute", f"algo: coll={program.coll!r} is not a collective the MSCCL executor "
+                           f"knows ({', '.join(sorted(_EXECUTOR_COLLS))})", WARNING))
+    chans = [t.chan for g in program.gpus.values() for t in g.tbs]
+    if "nchannels" in a and chans:
+        try:
+            nch = int(a["nchannels"])
+        except ValueError:
+            nch = -1
+        if nch < max(chans) + 1:
+            out.append(Finding("bad_attribute", f"algo: nchannels={a['nchannels']} but thread blocks use channel "
+                               f"{max(chans)}: nchannels must be max(chan)+1 = {max(chans) + 1}"))
+        elif nch > max(chans) + 1:
+            out.append(Finding("bad_attribute", f"algo: nchannels={nch} but no thread block uses a channel above "
+                               f"{max(chans)}", WARNING))
+    flags = _flag_steps(program)
+    targets: dict[_StepRef, int] = {}
+    structural = False
+    for g in sorted(program.gpus.values(), key=lambda g: g.id):
+        ends: dict[tuple[str, int, int], list[int]] = {}
+        per_chan: dict[tuple[str, int], int] = {}
+        for t in g.tbs:
+            for side, peer in (("send", t.send), ("recv", t.recv)):
+                if peer >= 0:
+                    ends.setdefault((side, t.chan, peer), []).append(t.id)
+                    per_chan[(side, t.chan)] = per_chan.get((side, t.chan), 0) + 1
+            if len(t.steps) > MAX_STEPS_ANY:
+                out.append(Finding("too_many_steps", f"gpu {g.id} tb {t.id}: {len(t.steps)} steps, over the runtime "
+                                   f"limit of {MAX_STEPS_ANY}", ERROR, g.id, t.id))
+            elif len(t.steps) > MAX_STEPS_EXECUTOR:
+                out.append(Finding("too_many_steps", f"gpu {g.id} tb {t.id}: {len(t.steps)} steps, over the MSCCL "
+                                   f"executor's default MSCCL_MAX_NUM_STEPS={MAX_STEPS_EXECUTOR}", WARNING,
+                                   g.id, t.id))
+            for k, st in enumerate(t.steps):
+                where = f"gpu {g.id} tb {t.id} step {k}"
+                if st.cnt > MAX_CNT:
+                    out.append(Finding("limit", f"{where}: cnt={st.cnt}, but the executor needs cnt < 72",
+                                       ERROR, g.id, t.id, k))
+                for side, b, off in (("src", st.srcbuf, st.srcoff), ("dst", st.dstbuf, st.dstoff)):
+                    if b is None:
+                        continue
+                    size = {"i": g.i_chunks, "o": g.o_chunks, "s": g.s_chunks}[b]
+                    if off + st.cnt > size and not _aliased_ok(program, g, b, off, st.cnt):
+                        out.append(Finding("out_of_bounds", f"{where} ({st.type}): {side} {b}[{off}:{off + st.cnt}] "
+                                           f"is outside gpu {g.id}'s declared {b}_chunks={size}", ERROR,
+                                           g.id, t.id, k))
+                        structural = True
+                if st.depid >= 0 and st.deps >= 0:
+                    try:
+                        tgt = _dep_target(program, g, t, k, flags)
+                    except ScheduleError as e:
+                        out.append(Finding("hang", str(e), ERROR, g.id, t.id, k))
+                        structural = True
+                        continue
+                    if tgt is not None:
+                        targets[(g.id, t.id, k)] = tgt
+                        if tgt != st.deps:
+                            out.append(Finding(
+                                "dependency", f"{where}: waits for tb {st.depid} step {st.deps}, which has "
+                                f"hasdep=0 (or is a nop); only step {tgt}'s completion releases it", WARNING,
+                                g.id, t.id, k))
+                if st.type == "nop" and k + 1 < len(t.steps) and t.steps[k + 1].type != "nop" \
+                        and t.steps[k + 1].depid < 0:
+                    out.append(Finding("dependency", f"{where}: a nop must be followed by a step that carries a "
+                                       "dependency itself", WARNING, g.id, t.id, k + 1))
+        for (side, chan, peer), ids in sorted(ends.items()):
+            if len(ids) > 1:
+                out.append(Finding(
+                    "shared_connection",
+                    f"gpu {g.id}: thread blocks {', '.join(map(str, ids))} all {side} "
+                    f"{'to' if side == 'send' else 'from'} gpu {peer} on channel {chan}; one connection has one "
+                    "thread block at each end, so which message meets which receive depends on timing",
+                    ERROR, g.id, ids[1]))
+        for (side, chan), n in sorted(per_chan.items()):
+            if n > MAX_TBS_PER_CHANNEL:
+                out.append(Finding("limit", f"gpu {g.id}: {n} thread blocks {side} on channel {chan}, over the "
+                                   f"limit of {MAX_TBS_PER_CHANNEL}", ERROR, g.id))
+    if structural:
+        return out
+    slots = capacity if capacity is not None else PROTO_SLOTS.get(program.proto, 2)
+    try:
+        run = _execute(program, slots, targets)
+    except ScheduleError as e:
+        out.append(Finding("mismatch", str(e)))
+        return out
+    for ref in run.unmatched_recvs:
+        t = program.gpus[ref[0]].tbs[ref[1]]
+        out.append(Finding("unmatched", f"{_where(ref, program)}: unmatched receive: gpu {t.recv} sends nothing "
+                           f"more to gpu {ref[0]} on channel {t.chan}", ERROR, *ref))
+    for ref in run.unmatched_sends:
+        t = program.gpus[ref[0]].tbs[ref[1]]
+        out.append(Finding("unmatched", f"{_where(ref, program)}: unmatched send: gpu {t.send} receives nothing "
+                           f"more from gpu {ref[0]} on channel {t.chan}", ERROR, *ref))
+    if run.stuck:
+        head = "; ".join(why for _, why in run.stuck[:3])
+        more = f" (and {len(run.stuck) - 3} more)" if len(run.stuck) > 3 else ""
+        ref = run.stuck[0][0]
+        out.append(Finding("deadlock", f"deadlock with {slots} buffered message(s) per connection: "
+                           f"{len(run.stuck)} thread block(s) never finish: {head}{more}", ERROR, *ref))
+    return out
+
+
+def _aliased_ok(program: Program, gpu: ProgramGpu, b: str, off: int, cnt: int) -> bool:
+    """True when a range past a declared size is still inside the collective's buffer (sizes declared 0)."""
+    if program.coll not in COLLS or COLLS[program.coll] is None:
+        return False
+    try:
+        sz = _sizes(program)
+    except ScheduleError:
+        return False
+    declared = {"i": gpu.i_chunks, "o": gpu.o_chunks}.get(b)
+    return declared == 0 and off + cnt <= (sz.i if b == "i" else sz.o)
+
+
 # --------------------------------------------------------------------------------------------- export
 
 _EXPORT_KINDS = {Kind.ALLREDUCE: "allreduce", Kind.ALLGATHER: "allgather", Kind.REDUCESCATTER: "reducescatter",
@@ -1167,7 +1336,7 @@ def _export_ops(schedule: Schedule) -> list[_Op]:
                 for w in ws:
                     if w != r:
                         ops[write_side[w]].deps.add(read_side[r])  # same step: the read goes first
-            for a, b in zip(ws, ws[1:], strict=False):
+            for a, b in pairwise(ws):
                 ops[write_side[b]].deps.add(write_side[a])  # two writes of one slot (reduces) take turns
         for slot, rs in step_reads.items():
             readers.setdefault(slot, []).extend(rs)
@@ -1267,7 +1436,7 @@ def _prune(ops: list[_Op], tbs: list[list[tuple[int, int, int]]]) -> list[list[l
         mine = by_rank[r]
         prev: dict[int, int] = {}
         for prog in programs[r]:
-            for a, b in zip(prog, prog[1:], strict=False):
+            for a, b in pairwise(prog):
                 prev[b] = a
         # Topological order of this rank's ops under program order and dependencies.
         indeg = {o: len(ops[o].deps) + (1 if o in prev else 0) for o in mine}
