@@ -36,8 +36,8 @@ import re
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
-from itertools import pairwise
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from xml.parsers import expat
