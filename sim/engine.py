@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import gc
 import math
-import sys
 from array import array
 from bisect import bisect_right
 from collections.abc import Mapping
@@ -42,6 +41,7 @@ import numpy as np
 
 from algorithms.errors import CollschedError
 from algorithms.ir import Collective, Kind, Op, Schedule
+from sim import progress
 from sim.semantics import SlotLayout, initial_state, write
 from sim.topology import Link, Topology, TopologyError
 from sim.verify import DOUBLE_COUNT, UNINITIALISED_READ, Violation, check_final
@@ -320,11 +320,8 @@ class _Run:
     # -- driver --------------------------------------------------------------------------
 
     def go(self) -> SimResult:
-        if self.progress and self.n >= 20000:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=self.n, unit="transfer", file=sys.stderr, delay=0.5, leave=False,
-                             desc=self.schedule.name)
+        if self.progress and self.n >= 20000 and progress.wanted():
+            self._bar = progress.bar(self.n, unit="transfer", desc=self.schedule.name)
         try:
             if self.mode == "lockstep":
                 self._next_step()
