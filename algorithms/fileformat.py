@@ -1,4 +1,7 @@
-"""Strict JSON load/save of schedules in the ``collsched.schedule/1`` format.
+"""Strict JSON load/save of schedules in the ``collsched.schedule/1`` format (and MSCCL-IR XML).
+
+``load``/``loads`` also read MSCCL-IR XML (content that starts with ``<``) and
+``save`` writes it for names ending in ``.xml``: algorithms/msccl.py.
 
 JSON only (no pickle, no eval). The document is checked against a JSON
 Schema first (unknown keys, wrong types, out-of-range values), then built
@@ -18,7 +21,7 @@ import jsonschema
 from algorithms.errors import ScheduleError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
 
-__all__ = ["FORMAT", "MAX_FILE_BYTES", "dumps", "loads", "load", "save", "to_dict", "from_dict"]
+__all__ = ["FORMAT", "MAX_FILE_BYTES", "dumps", "loads", "load", "save", "to_dict", "from_dict", "is_xml_path"]
 
 FORMAT = "collsched.schedule/1"
 MAX_FILE_BYTES = 256 * 1024 * 1024
@@ -139,9 +142,13 @@ def _reject_constant(name: str) -> Any:
 
 
 def loads(text: str | bytes) -> Schedule:
-    """Parse and validate a schedule from JSON text or bytes."""
+    """Parse and validate a schedule from JSON text or bytes (MSCCL-IR XML when it starts with ``<``)."""
     if len(text) > MAX_FILE_BYTES:
         raise ScheduleError(f"schedule file is {len(text)} bytes, over the limit of {MAX_FILE_BYTES}")
+    from algorithms import msccl  # here, not at the top: msccl imports the registry, which imports this
+
+    if msccl.looks_like_xml(text):
+        return msccl.loads_msccl(text)
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -152,7 +159,12 @@ def loads(text: str | bytes) -> Schedule:
 
 
 def load(path: str | os.PathLike[str]) -> Schedule:
-    """Load a schedule file; too-large, unreadable or invalid files raise ``ScheduleError``."""
+    """Load a schedule file (JSON, or MSCCL-IR XML: a document that starts with ``<``, whatever its name).
+
+    Too-large, unreadable or invalid files raise ``ScheduleError``. An XML file
+    whose ``coll`` is ``custom`` is refused (it has no postcondition); import it
+    with ``msccl.load_msccl(path, allow_custom=True)`` to simulate it.
+    """
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -167,9 +179,19 @@ def load(path: str | os.PathLike[str]) -> Schedule:
         raise ScheduleError(f"{p}: {e}") from None
 
 
+def is_xml_path(path: str | os.PathLike[str]) -> bool:
+    """True when the file name ends in ``.xml`` (any case): an MSCCL-IR file."""
+    return Path(path).suffix.lower() == ".xml"
+
+
 def save(schedule: Schedule, path: str | os.PathLike[str]) -> None:
-    """Write the schedule as JSON (atomically: a temporary file renamed into place)."""
+    """Write the schedule as JSON, or as MSCCL-IR XML when the name ends in ``.xml`` (atomically)."""
     p = Path(path)
+    if is_xml_path(p):
+        from algorithms import msccl
+
+        msccl.save_msccl(schedule, p)
+        return
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(dumps(schedule))
     os.replace(tmp, p)

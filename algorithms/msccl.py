@@ -44,6 +44,7 @@ from xml.parsers import expat
 from xml.sax.saxutils import quoteattr
 
 from algorithms.errors import ScheduleError
+from algorithms.fileformat import MAX_FILE_BYTES
 from algorithms.ir import MAX_RANKS, MAX_SLOTS, Buf, Collective, Kind, Op, Schedule, Step, Transfer
 from algorithms.registry import no_gc
 
@@ -53,8 +54,6 @@ __all__ = [
     "looks_like_xml", "COLLS", "MAX_CNT", "PROTO_SLOTS",
 ]
 
-MAX_FILE_BYTES = 256 * 1024 * 1024
-"""Largest XML file accepted (as for JSON schedule files)."""
 MAX_CNT = 71
 """The executor's limit on a step's ``cnt`` (it must be below 72)."""
 MAX_TBS_PER_CHANNEL = 32
