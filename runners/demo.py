@@ -88,8 +88,11 @@ def _demo(args: argparse.Namespace, summary: dict[str, Any]) -> int:
     if topology.ranks != args.ranks:
         raise UsageError(f"topology {args.topology} has {topology.ranks} ranks, --ranks is {args.ranks}")
     named = args.algorithm
-    if named is None:
-        args.algorithm = DEFAULT_ALGORITHM
+    if named is None:  # ring where the kind has one, else the first algorithm of the kind that serves p
+        served = [a.name for a in registry.algorithms(args.collective) if a.unsupported(args.ranks) is None]
+        if not served:
+            raise UsageError(f"no {args.collective} algorithm serves {args.ranks} ranks")
+        args.algorithm = DEFAULT_ALGORITHM if DEFAULT_ALGORITHM in served else served[0]
     schedule = schedule_from_args(args)
     args.algorithm = named
     ok = True

@@ -40,6 +40,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -537,6 +538,9 @@ def main(argv: Sequence[str] | None = None, *, extensions: Sequence[str] = ()) -
     except KeyboardInterrupt:
         print(f"collsched {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`collsched list | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

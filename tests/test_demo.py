@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from algorithms import build, fileformat
+from algorithms import build, fileformat, registry
 from runners.cli import main
 from runners.policy import Policy
 
@@ -62,3 +62,11 @@ def test_demo_on_integers_with_a_named_algorithm(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "run ring, named with --algorithm (the backend's policy would choose" in proc.stdout
     assert "#wrong 0: identical to torch" in proc.stdout and "largest" not in proc.stdout
+
+
+def test_demo_of_a_kind_without_a_ring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "ring" not in [a.name for a in registry.algorithms("broadcast")]
+    first = next(a.name for a in registry.algorithms("broadcast") if a.unsupported(4) is None)
+    code = main(["demo", "-c", "broadcast", "--ranks", "4", "--no-run", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and f"[1/4] verify {first} (broadcast p=4" in out
