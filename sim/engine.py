@@ -34,7 +34,7 @@ import math
 from array import array
 from bisect import bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -177,11 +177,15 @@ def simulate(
     reduce_bandwidth: float | None = None,
     faults: Faults | None = None,
     progress: bool = False,
+    launch: float = 0.0,
 ) -> SimResult:
     """Simulate ``schedule`` moving a message of ``size`` bytes over ``topology`` (module docstring).
 
     ``overhead``: seconds per network message at the endpoints.
     ``reduce_bandwidth``: bytes/s a rank combines at (None: reductions are free).
+    ``launch``: seconds per collective before its first transfer may start (a
+    runtime's fixed cost per call, such as NCCL's base latency); every time in
+    the result is later by it, and 0 leaves the run unchanged.
     ``progress``: show a tqdm bar on stderr for long runs.
     """
     if mode not in MODES:
@@ -194,6 +198,8 @@ def simulate(
             isinstance(reduce_bandwidth, bool) or not isinstance(reduce_bandwidth, int | float)
             or not 0 < reduce_bandwidth < math.inf):
         raise SimulationError(f"reduce bandwidth must be a positive number of bytes/s, got {reduce_bandwidth!r}")
+    if isinstance(launch, bool) or not isinstance(launch, int | float) or not 0 <= launch < math.inf:
+        raise SimulationError(f"launch must be a finite number of seconds >= 0, got {launch!r}")
     if topology.ranks != schedule.ranks:
         raise TopologyError(
             f"topology {topology.name} has {topology.ranks} ranks but the schedule needs {schedule.ranks}")
@@ -206,10 +212,22 @@ def simulate(
     try:
         run = _Run(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth, faults.stragglers,
                    progress)
-        return run.go()
+        result = run.go()
+        return _delayed(result, float(launch)) if launch else result
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _delayed(result: SimResult, launch: float) -> SimResult:
+    """``result`` with every transfer, and the end, ``launch`` seconds later (a fixed cost per collective)."""
+    def later(a: np.ndarray) -> np.ndarray:
+        b = a + launch
+        b.flags.writeable = False
+        return b
+
+    return replace(result, time=result.time + launch, start=later(result.start),
+                   send_start=later(result.send_start), send_end=later(result.send_end), end=later(result.end))
 
 
 class _Run:
