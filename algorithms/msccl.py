@@ -499,20 +499,17 @@ def _transfers(mapper: _Mapper, src: int, sb: str, so: int, dst: int, db: str, d
 
 
 def _mode(program: Program, sz: _Sizes, inplace: bool | None) -> bool:
+    """In-place (True) or out-of-place: as asked, else as declared (MSCCLang writes only ``inplace``)."""
     if inplace is not None:
         return inplace
     decl_in, decl_out = program.flag("inplace"), program.flag("outofplace")
+    in_ok = bool(decl_in)
+    out_ok = decl_out if decl_out is not None else decl_in is False
+    if not in_ok and not out_ok:
+        raise ScheduleError("algo: declares neither inplace=1 nor outofplace=1; pass inplace=True or False")
     if sz.kind in (Kind.ALLREDUCE, None):
-        if decl_in or not decl_out:
-            if not decl_in and decl_out is None and decl_in is None:
-                raise ScheduleError("algo: declares neither inplace nor outofplace; pass inplace=True or False")
-            return bool(decl_in) or not decl_out
-        return False
-    if decl_out:
-        return False
-    if decl_in:
-        return True
-    raise ScheduleError("algo: declares neither inplace=1 nor outofplace=1; pass inplace=True or False")
+        return in_ok
+    return not out_ok
 
 
 _StepRef = tuple[int, int, int]  # gpu, tb, position
