@@ -231,7 +231,9 @@ def _faults(args: argparse.Namespace) -> Any:
 def _network_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", "-t", required=True, metavar="SPEC",
                    help=f"{_SPEC_FORMS}. Links run at 50 GB/s and 1 us unless --bandwidth/--latency say otherwise; "
-                        "cluster and dgx-h100: 450 GB/s, 0.5 us to the node switch and 50 GB/s, 1 us per NIC")
+                        "cluster: 450 GB/s, 0.5 us to the node switch and 50 GB/s, 1 us per NIC; dgx-h100: NCCL's "
+                        "effective figures (docs/design.md). A machine file (collsched calibrate) also sets "
+                        "--overhead, --reduce-bw and --launch unless they are given")
     p.add_argument("--mode", choices=("dataflow", "lockstep"), default="dataflow",
                    help="dataflow: a transfer starts when its dependencies are done (default); "
                         "lockstep: a step starts when the previous one is done")
@@ -239,6 +241,8 @@ def _network_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency", metavar="T", help="set every link's latency, e.g. 1us")
     p.add_argument("--overhead", metavar="T", help="per-message endpoint overhead, e.g. 2us (default 0)")
     p.add_argument("--reduce-bw", metavar="BW", help="reduction throughput per rank, e.g. 100GB/s (default: free)")
+    p.add_argument("--launch", metavar="T", help="fixed cost per collective before its first transfer, e.g. 10us "
+                                                 "(default 0)")
     p.add_argument("--link-down", action="append", default=[], metavar="U-V",
                    help="take the cable between nodes U and V down (repeatable)")
     p.add_argument("--degrade", action="append", default=[], metavar="U-V=F",
@@ -292,10 +296,15 @@ def _topology(args: argparse.Namespace) -> Any:
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    from sim.machine import engine_for
+
+    machine = engine_for(args.topology)  # a machine file's or a preset's engine parameters (sim.machine)
     return {
         "mode": args.mode,
-        "overhead": parse_duration(args.overhead, "--overhead") if args.overhead is not None else 0.0,
-        "reduce_bandwidth": parse_bandwidth(args.reduce_bw, "--reduce-bw") if args.reduce_bw is not None else None,
+        "overhead": parse_duration(args.overhead, "--overhead") if args.overhead is not None else machine.overhead,
+        "reduce_bandwidth": parse_bandwidth(args.reduce_bw, "--reduce-bw") if args.reduce_bw is not None
+        else machine.reduce_bandwidth,
+        "launch": parse_duration(args.launch, "--launch") if args.launch is not None else machine.launch,
         "faults": _faults(args),
         "progress": not args.no_progress,
     }

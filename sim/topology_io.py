@@ -69,9 +69,16 @@ def from_dict(doc: object) -> Topology:
     """Build a topology from a ``collsched.topology/1`` document, strictly checked."""
     if not isinstance(doc, dict):
         raise TopologyError("topology: the document must be a JSON object")
-    _only(doc, ("format", "name", "ranks", "switches", "links", "routes"), "topology")
+    _only(doc, ("format", "name", "ranks", "switches", "links", "routes", "engine", "model"), "topology")
     if doc.get("format") != FORMAT:
         raise TopologyError(f"topology.format: expected {FORMAT!r}, got {doc.get('format')!r}")
+    # A machine file's engine parameters and calibration record (sim.machine): checked here, used there.
+    if "engine" in doc:
+        from sim.machine import EngineParams
+
+        EngineParams.from_dict(doc["engine"], "topology.engine")
+    if "model" in doc and not isinstance(doc["model"], dict):
+        raise TopologyError(f"topology.model: must be an object, got {type(doc['model']).__name__}")
     name = _field(doc, "name", str, "topology")
     p = _field(doc, "ranks", int, "topology")
     if p < 1:

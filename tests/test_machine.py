@@ -1,0 +1,152 @@
+"""Machine models (sim.machine): files, the host topology, the engine's launch term, and the GPU presets
+against NVIDIA's published figures. References are hand-worked closed forms and the published numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from algorithms import registry
+from sim import machine as M
+from sim.cli import main as cli_main
+from sim.engine import SimulationError, simulate
+from sim.topology import TopologyError, dgx_h100, load, ring
+
+KIB, GIB = 1024, 1 << 30
+
+
+# -- the engine's launch term -------------------------------------------------------------------------------
+
+
+def test_launch_adds_once_per_collective_to_the_closed_form() -> None:
+    p, n, bw, lat = 4, 1 << 20, 10e9, 2e-6
+    s = registry.build("allreduce", "ring", p)
+    ring_time = 2 * (p - 1) * (lat + n / p / bw)  # contention-free ring on a ring: 2(p-1)(α + n/(pB))
+    for launch in (0.0, 5e-6, 1e-3):
+        r = simulate(s, ring(p, bandwidth=bw, latency=lat), n, launch=launch)
+        assert r.ok and r.time == pytest.approx(ring_time + launch, rel=1e-12)
+        assert r.start.min() == pytest.approx(launch)
+    with pytest.raises(SimulationError, match="launch"):
+        simulate(s, ring(p), n, launch=-1.0)
+
+
+# -- the host topology -----------------------------------------------------------------------------------------
+
+
+def test_host_one_message_and_the_host_cap() -> None:
+    bw, lat, cap, n = 2e9, 30e-6, 3e9, 4 << 20
+    one = registry.build("broadcast", "binomial", 2)  # a single transfer 0 -> 1 of the whole buffer
+    r = simulate(one, M.host(2, bandwidth=bw, latency=lat, host_bandwidth=cap), n)
+    assert r.time == pytest.approx(lat + n / bw)
+    # allgather direct on 4 ranks: every rank sends 3 messages of n/4 at once; each rank's link holds 3 flows
+    # (bw/3 each) and the host link all 12 (cap/12 each), so every flow runs at min(bw/3, cap/12).
+    ag = registry.build("allgather", "direct", 4)
+    for c in (cap, None):
+        r = simulate(ag, M.host(4, bandwidth=bw, latency=lat, host_bandwidth=c), n)
+        rate = min(bw / 3, (c if c is not None else 4 * bw) / 12)
+        assert r.time == pytest.approx(lat + n / 4 / rate)
+    with pytest.raises(TopologyError):
+        M.host(0, bandwidth=bw, latency=lat)
+
+
+# -- machine files -------------------------------------------------------------------------------------------
+
+
+def _machine() -> M.Machine:
+    topo = M.host(3, bandwidth=1.5e9, latency=40e-6, host_bandwidth=2.5e9, name="test-host")
+    return M.Machine(topo, M.EngineParams(overhead=7e-6, reduce_bandwidth=3e9, launch=90e-6),
+                     {"source": "hand-written", "fit": {"alpha_s": 4e-5}})
+
+
+def test_machine_file_round_trip(tmp_path: Path) -> None:
+    m = _machine()
+    path = tmp_path / "m.json"
+    M.save(m, path)
+    back = M.load(path)
+    assert back.engine == m.engine and back.model == m.model
+    assert back.topology.name == "test-host" and back.topology.links == m.topology.links
+    assert [back.topology.bandwidth(*lk) for lk in back.topology.links] == \
+        [m.topology.bandwidth(*lk) for lk in m.topology.links]
+    # Loadable wherever a topology is; the engine keys are then ignored.
+    assert load(path).links == m.topology.links
+    assert M.engine_for(str(path)) == m.engine
+    # A plain topology file is a machine with the default engine.
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({k: v for k, v in M.to_dict(m).items() if k not in ("engine", "model")}))
+    assert M.load(plain).engine == M.EngineParams() and M.engine_for(str(plain)) == M.EngineParams()
+
+
+@pytest.mark.parametrize("engine, field", [({"overhead": -1}, "topology.engine.overhead"),
+                                           ({"launch": "1us"}, "topology.engine.launch"),
+                                           ({"reduce_bandwidth": 0}, "topology.engine.reduce_bandwidth"),
+                                           ({"speed": 1}, "unknown field 'speed'"),
+                                           ([], "topology.engine: must be an object")])
+def test_bad_engine_keys_name_the_field(tmp_path: Path, engine: object, field: str) -> None:
+    doc = M.to_dict(_machine())
+    doc["engine"] = engine
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    for loader in (M.load, load):
+        with pytest.raises(TopologyError, match=field.replace(".", r"\.").replace("(", r"\(")):
+            loader(path)
+
+
+def test_simulate_cli_takes_the_machine_files_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = _machine()
+    path = tmp_path / "m.json"
+    M.save(m, path)
+    n = 3 << 20
+    # reducescatter direct on the 3-rank host: each rank sends 2 messages of n/3 at once (per-rank link: 2 flows,
+    # host link: 6), then reduces 2 incoming n/3 at once on its reducer: overhead + lat + flow + 2(n/3)/γ + launch.
+    e = m.engine
+    rate = min(1.5e9 / 2, 2.5e9 / 6)
+    assert e.reduce_bandwidth is not None
+    expected = e.launch + e.overhead + 40e-6 + n / 3 / rate + 2 * (n / 3) / e.reduce_bandwidth
+    args = ["simulate", "-c", "reducescatter", "-a", "direct", "-t", str(path), "--size", str(n), "--json"]
+    assert cli_main(args) == 0
+    assert json.loads(capsys.readouterr().out)["time_s"] == pytest.approx(expected)
+    # Flags given on the command line win over the file's figures.
+    assert cli_main([*args, "--launch", "0", "--overhead", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_s"] == pytest.approx(expected - e.launch - e.overhead)
+
+
+# -- GPU presets against NVIDIA's published figures (each within 5%) -----------------------------------------
+
+
+def _dgx_time(kind: str, name: str, nodes: int, size: float) -> float:
+    topo = dgx_h100(nodes)
+    s = registry.build(kind, name, topo.ranks)
+    r = simulate(s, topo, size, **M.engine_for(f"dgx-h100:{nodes}").options())
+    assert r.ok
+    return r.time
+
+
+def test_dgx_h100_ring_allreduce_busbw_is_nccls_365_to_370() -> None:
+    # nccl-tests issue 212 / nccl issue 1455: ring all-reduce busbw ~365-370 GB/s on 8 H100s at large sizes.
+    t = _dgx_time("allreduce", "ring", 1, 8 * GIB)
+    busbw = 8 * GIB / t * 2 * 7 / 8
+    assert busbw == pytest.approx(367.5e9, rel=0.05)
+    assert 360e9 < busbw < 375e9
+
+
+def test_dgx_h100_across_nodes_is_46_to_48_per_nic() -> None:
+    # nccl-tests issue 290: "For NDR @ 400Gbps you should see 46-48GB/s per NIC" (ring, two nodes).
+    t = _dgx_time("allreduce", "ring", 2, 8 * GIB)
+    busbw = 8 * GIB / t * 2 * 15 / 16
+    assert busbw == pytest.approx(47e9, rel=0.05)
+
+
+def test_dgx_h100_small_message_is_nccls_ring_simple_latency() -> None:
+    # NCCL tuning.cc: ring Simple = baseLat 8.4 us + 3.4 us per NVLink step; 2(p-1) = 14 steps on 8 GPUs.
+    t = _dgx_time("allreduce", "ring", 1, 1 * KIB)
+    assert t == pytest.approx(8.4e-6 + 14 * 3.4e-6, rel=0.05)
+
+
+def test_dgx_h100_figures_through_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "-c", "allreduce", "-a", "ring", "--topology", "dgx-h100:1", "--json"]
+    assert cli_main([*base, "--size", "8GiB"]) == 0
+    assert json.loads(capsys.readouterr().out)["busbw_GBps"] == pytest.approx(367.5, rel=0.05)
+    assert cli_main([*base, "--size", "1KiB"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_s"] == pytest.approx(56e-6, rel=0.05)
