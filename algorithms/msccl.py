@@ -707,14 +707,16 @@ class _Graph:
 
 
 def to_schedule(program: Program, *, inplace: bool | None = None, allow_custom: bool = False,
-                name: str | None = None) -> Schedule:
+                name: str | None = None, order: list[tuple[int, ...]] | None = None) -> Schedule:
     """The collsched schedule of a parsed program (module docstring); ``ScheduleError`` if it cannot run.
 
     ``inplace``: interpret the program with NCCL's in-place aliasing (True) or
     with disjoint buffers (False); None picks what the file declares (both
     declared: in-place for allreduce, out-of-place otherwise). ``custom``
     programs have no postcondition: they import (as an allreduce-shaped
-    schedule, for simulation only) when ``allow_custom`` is set.
+    schedule, for simulation only) when ``allow_custom`` is set. ``order``, when
+    given, is filled with ``_Leveler.thread_block_order``: per transfer (program
+    order), the transfers the file's thread-block order makes it wait for.
     """
     sz = _sizes(program)
     if sz.kind is None and not allow_custom:
@@ -835,7 +837,10 @@ def to_schedule(program: Program, *, inplace: bool | None = None, allow_custom: 
 
     lev = _Leveler(gr, program, mapper, temp_next)
     lev.run()
-    return lev.assemble(name or program.name)
+    schedule = lev.assemble(name or program.name)
+    if order is not None:
+        order.extend(lev.thread_block_order())
+    return schedule
 
 
 _BUFCODE = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
@@ -901,6 +906,7 @@ class _Leveler:
         self.bound: dict[int, int] = {}  # message in flight -> earliest level its value exists at
         self.overwritten: dict[int, int] = {}  # message in flight -> earliest level its source is overwritten
         self.staged: list[tuple[int, Transfer]] = []
+        self.nodes: list[int] = []  # after assemble: the graph node of each transfer (-1: a staged/final copy)
 
     def run(self) -> None:
         gr = self.gr
@@ -1013,17 +1019,63 @@ class _Leveler:
     def assemble(self, name: str) -> Schedule:
         level = self.level
         steps: list[list[Transfer]] = [[] for _ in range(max(level, default=0))]
-        placed = [(level[v], t) for v, ts in enumerate(self.gr.trans) for t in ts]
-        placed += self.staged
-        placed += self._final_copies()
-        for lv, t in placed:
+        nodes: list[list[int]] = [[] for _ in steps]  # the graph node of each placed transfer (-1: none)
+        placed = [(level[v], t, v) for v, ts in enumerate(self.gr.trans) for t in ts]
+        placed += [(lv, t, -1) for lv, t in self.staged]
+        placed += [(lv, t, -1) for lv, t in self._final_copies()]
+        for lv, t, v in placed:
             while len(steps) < lv:
                 steps.append([])
+                nodes.append([])
             steps[lv - 1].append(t)
+            nodes[lv - 1].append(v)
+        self.nodes = [v for vs in nodes for v in vs]
         mapper = self.mapper
         if mapper.sz.kind is None:
             name = f"custom:{name}"
         return Schedule(mapper.coll, name, tuple(Step(tuple(s)) for s in steps if s), max(self.temp_next))
+
+    def thread_block_order(self) -> list[tuple[int, ...]]:
+        """Per transfer of the assembled schedule (program order): the transfers the file makes it wait for.
+
+        A transfer waits for the transfers of the steps before it in its thread
+        blocks and of the steps its ``depid`` waits name, through nops; a wait
+        for a send is a wait for what that send waited for (the send itself is
+        buffered). Staged and final copies wait for nothing extra.
+        """
+        gr = self.gr
+        first: dict[int, list[int]] = {}
+        for i, v in enumerate(self.nodes):
+            if v >= 0:
+                first.setdefault(v, []).append(i)
+        memo: dict[int, frozenset[int]] = {}
+
+        def ancestors(v: int) -> frozenset[int]:
+            # Transfer nodes reachable backwards from v through nodes without transfers (iteratively).
+            stack = [v]
+            while stack:
+                u = stack[-1]
+                todo = [w for w in gr.preds[u] if not gr.trans[w] and w not in memo]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                stack.pop()
+                acc: set[int] = set()
+                for w in gr.preds[u]:
+                    if gr.trans[w]:
+                        acc.add(w)
+                    else:
+                        acc |= memo[w]
+                memo[u] = frozenset(acc)
+            return memo[v]
+
+        out: list[tuple[int, ...]] = []
+        for v in self.nodes:
+            if v < 0:
+                out.append(())
+                continue
+            out.append(tuple(sorted(i for u in ancestors(v) for i in first.get(u, ()))))
+        return out
 
     def _final_copies(self) -> list[tuple[int, Transfer]]:
         """Copies that put results where the collsched postcondition looks for them (aliased modes)."""
