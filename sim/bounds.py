@@ -50,9 +50,10 @@ does not import torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import networkx as nx
 from networkx.algorithms.flow import build_residual_network, dinitz
@@ -169,7 +170,7 @@ class _Flows:
         self.g = g
         self.residual = build_residual_network(g, "capacity")
 
-    def min_cut(self, src: Node, sink: Node) -> tuple[int, set[Node]]:
+    def min_cut(self, src: Hashable, sink: Hashable) -> tuple[int, set[Any]]:
         """Value of a min cut src -> sink and its source side."""
         r = dinitz(self.g, src, sink, residual=self.residual)
         value = int(r.graph["flow_value"])

@@ -1,0 +1,406 @@
+"""Topology-aware synthesis: pipelined tree schedules packed onto a topology's links.
+
+``synthesize(kind, topology)`` returns an ordinary ``Schedule`` (it verifies,
+simulates, exports and runs like any library algorithm) for allgather,
+reducescatter, allreduce, broadcast and reduce.
+
+Method (docs/design.md, Bounds and synthesis). Every transfer is a
+GPU-to-GPU message along the route the simulator gives that pair
+(``Topology.route``: the explicit route table, else the shortest path), so a
+switch never stores or copies data: a tree edge u -> v through switches is
+the edge splitting of ForestColl (arXiv 2402.06787) done per routed pair, and
+its cost is the sum over the physical links of its route.
+
+1. Each root's data is cut into ``chunks`` chunks, and every chunk gets its
+   own spanning tree: an out-tree from the root (allgather, broadcast) or an
+   in-tree towards it (reducescatter, reduce). The trees are packed greedily
+   against the per-link load: a link's price is exp(κ·(L/Lmax - 1)) over its
+   bandwidth, where L is the seconds of data already placed on it, and the
+   tree is grown Prim-style from the root, each step attaching the rank that
+   is cheapest to reach from the tree. Chunks are placed round-robin over the
+   roots, then every chunk is ripped up and placed again (``passes``), which
+   evens out the early choices. The packing's predicted time is
+   max over links of L, the quantity the cut bound (``sim.bounds``) bounds
+   from below; the trees are the solution of a multiplicative-weights
+   heuristic, not of an exact arborescence packing, so they reach the bound
+   only where the greedy finds the optimum (the benchmark measures how close).
+2. Each chunk flows down (up) its tree, one transfer per tree edge, so the
+   chunks of one tree form a pipeline. In dataflow simulation transfers start
+   when their data is there, so a sender with all its data at hand would push
+   every chunk at once; to keep one chunk in flight per edge the sender stages
+   each chunk through a scratch slot of its own (copy into the slot, send
+   from it): the next copy into the slot waits for the previous send to finish
+   (write after read), which paces the pipeline. Forwarding ranks need no
+   staging: chunks reach them one after the other.
+3. allreduce is the reducescatter trees followed by the allgather trees over
+   the same pieces: chunk j is reduced to its root along an in-tree, then sent
+   out along an out-tree; in dataflow the two phases overlap chunk by chunk.
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from algorithms.errors import CollschedError
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
+from sim.topology import Topology
+
+__all__ = ["SYNTH_KINDS", "SynthesisError", "Packing", "default_chunks", "pack", "synthesize"]
+
+SYNTH_KINDS: tuple[Kind, ...] = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE)
+KAPPA = 30.0
+"""Sharpness of the link prices: a link at 90% of the busiest costs exp(-3) of it."""
+PASSES = 3
+"""Placements of every chunk: the first, then rip-up and re-place."""
+LANES = 2
+"""Messages one rank pair may have in flight."""
+
+
+class SynthesisError(CollschedError, ValueError):
+    """A synthesis request that cannot be served; the message names the kind, root or chunks."""
+
+
+def default_chunks(kind: Kind | str, ranks: int) -> int:
+    """Chunks per root's piece when none are asked for: deep enough pipelines for large messages
+    on small worlds, about N²·chunks transfers kept near half a million on large ones."""
+    kind = Kind(kind)
+    if kind in (Kind.BROADCAST, Kind.REDUCE):
+        return 128
+    return max(8, min(128, 2048 // max(ranks, 1)))
+
+
+class _Routes:
+    """Every ordered rank pair's route as link ids, padded into one array for vectorised pricing."""
+
+    def __init__(self, topology: Topology) -> None:
+        n = topology.ranks
+        self.n = n
+        self.nl = len(topology.links)
+        pairs = [(u, v) for u in range(n) for v in range(n) if u != v]
+        routes = topology.route_links_many(pairs)
+        width = max((len(routes[p][0]) for p in pairs), default=1)
+        pad = np.full((n * n, max(width, 1)), self.nl, dtype=np.int64)  # index nl: a free dummy link
+        for (u, v), (links, _lat) in routes.items():
+            pad[u * n + v, :len(links)] = links
+        self.pad = pad
+        self.inv_bw = np.array([1.0 / b for b in topology.link_bandwidths()] + [0.0])
+
+    def prices(self, y: np.ndarray) -> np.ndarray:
+        """N x N matrix: the price of a message u -> v, the sum of y[l]/bandwidth[l] along its route."""
+        w = np.append(y, 0.0) * self.inv_bw
+        c = w[self.pad].sum(axis=1).reshape(self.n, self.n)
+        np.fill_diagonal(c, np.inf)
+        return c
+
+    def load(self, pairs: np.ndarray) -> np.ndarray:
+        """Seconds per byte each link carries when every pair (u·N + v) sends one byte."""
+        counts = np.bincount(self.pad[pairs].ravel(), minlength=self.nl + 1).astype(float)
+        return (counts * self.inv_bw)[:self.nl]
+
+
+def _grow(price: np.ndarray, root: int, inward: bool) -> np.ndarray:
+    """A spanning tree by Prim's rule: repeatedly attach the rank cheapest to reach from the tree
+    (``inward``: cheapest to send into the tree). Returns the parent of every rank (root: itself)."""
+    m = price.T if inward else price
+    n = m.shape[0]
+    best = m[root].copy()
+    parent = np.full(n, root, dtype=np.int64)
+    done = np.zeros(n, dtype=bool)
+    done[root] = True
+    best[root] = np.inf
+    for _ in range(n - 1):
+        v = int(np.argmin(best))
+        done[v] = True
+        best[v] = np.inf
+        row = m[v]
+        better = (row < best) & ~done
+        best[better] = row[better]
+        parent[better] = v
+    return parent
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Trees for every chunk of every root: ``trees[r][j]`` is the parent array of chunk j of root r.
+
+    ``time_per_byte`` is the predicted seconds per byte of one chunk: max over links of the load
+    (each chunk's bytes times the links its tree's messages cross, over the bandwidth).
+    """
+
+    roots: tuple[int, ...]
+    chunks: int
+    inward: bool
+    trees: dict[int, list[np.ndarray]]
+    time_per_byte: float
+
+
+def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool, passes: int = PASSES,
+         kappa: float = KAPPA) -> Packing:
+    """Greedy multiplicative-weights packing of one tree per chunk of every root (module docstring)."""
+    routes = _Routes(topology)
+    n = topology.ranks
+    load = np.zeros(routes.nl)
+    trees: dict[int, list[np.ndarray]] = {r: [] for r in roots}
+    loads: dict[bytes, np.ndarray] = {}
+    placed: dict[tuple[int, int], bytes] = {}
+
+    def tree_load(parent: np.ndarray, r: int) -> np.ndarray:
+        key = parent.tobytes()
+        hit = loads.get(key)
+        if hit is None:
+            kids = np.array([v for v in range(n) if v != r], dtype=np.int64)
+            par = parent[kids]
+            pairs = kids * n + par if inward else par * n + kids
+            hit = loads[key] = routes.load(pairs)
+        return hit
+
+    for p in range(max(1, passes)):
+        for j in range(chunks):
+            for r in roots:
+                if p > 0:
+                    load -= loads[placed[(r, j)]]
+                top = float(load.max()) if load.size else 0.0
+                y = np.exp(kappa * (load / top - 1.0)) if top > 0 else np.ones(routes.nl)
+                parent = _grow(routes.prices(y), r, inward)
+                load += tree_load(parent, r)
+                placed[(r, j)] = parent.tobytes()
+                if p == 0:
+                    trees[r].append(parent)
+                else:
+                    trees[r][j] = parent
+    np.maximum(load, 0.0, out=load)
+    return Packing(tuple(roots), chunks, inward, trees, float(load.max()) if load.size else 0.0)
+
+
+# -- emitting transfers ------------------------------------------------------------------------
+
+Slot = tuple[Buf, int]
+
+
+class _Emitter:
+    """Collects the tree messages of a schedule, then places them in steps, one lane per rank pair.
+
+    Every message u -> v goes through u's scratch slot for the pair (a *lane*): a local copy of
+    the data into the lane, then the send from the lane. The next copy into a lane waits, as a
+    write after a read, for the previous send to finish, so each pair has at most one message in
+    flight, in priority order (the chunk's number, then its depth in its tree). Steps are then
+    assigned by list scheduling: a send goes two steps after its data is ready at u and two steps
+    after the lane's previous send, its copy one step before it.
+    """
+
+    def __init__(self, ranks: int, lanes: int = 1) -> None:
+        self.ranks = ranks
+        self.lanes = lanes
+        self.turn: dict[tuple[int, int], int] = {}
+        self.scratch = [0] * ranks
+        self.fixed: list[tuple[int, Transfer]] = []
+        self.sends: list[tuple[int, int, int, int, Slot, int, Slot, Op, bool]] = []
+        self.ready: dict[tuple[int, Buf, int], int] = {}
+        self.lane: dict[tuple[int, int, int], int] = {}
+
+    def reserve(self, rank: int, count: int = 1) -> int:
+        """``count`` fresh scratch slots of ``rank``; the first one's index."""
+        i = self.scratch[rank]
+        self.scratch[rank] += count
+        return i
+
+    def local(self, step: int, rank: int, s: Slot, d: Slot, count: int = 1) -> None:
+        """A local copy at a fixed step; its destination is ready after it."""
+        self.fixed.append((step, Transfer(rank, rank, s[0], s[1], d[0], d[1], count, Op.COPY)))
+        for k in range(count):
+            key = (rank, d[0], d[1] + k)
+            self.ready[key] = max(self.ready.get(key, -1), step)
+
+    def send(self, phase: int, priority: int, u: int, s: Slot, v: int, d: Slot, op: Op = Op.COPY,
+             staged: bool = True) -> None:
+        """A message u -> v of one chunk, placed later by ``schedule`` in (phase, priority) order;
+        ``staged``: through a lane (for data u holds from the start), else straight from ``s``."""
+        self.sends.append((phase, priority, len(self.sends), u, s, v, d, op, staged))
+
+    def schedule(self, coll: Collective, name: str) -> Schedule:
+        steps: dict[int, list[Transfer]] = {}
+        for step, t in self.fixed:
+            steps.setdefault(step, []).append(t)
+        ready, lanes = self.ready, self.lane
+        last: dict[tuple[int, int, int], int] = {}
+        turn = self.turn
+        for _phase, _prio, _i, u, s, v, d, op, staged in sorted(self.sends):
+            if not staged:
+                at = ready.get((u, s[0], s[1]), -1) + 1
+                steps.setdefault(at, []).append(Transfer(u, v, s[0], s[1], d[0], d[1], 1, op))
+                dk = (v, d[0], d[1])
+                ready[dk] = max(ready.get(dk, -1), at)
+                continue
+            which = turn.get((u, v), 0)
+            turn[(u, v)] = (which + 1) % self.lanes
+            key = (u, v, which)
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = self.reserve(u)
+            at = max(ready.get((u, s[0], s[1]), -1) + 2, last.get(key, -1) + 2)
+            last[key] = at
+            steps.setdefault(at - 1, []).append(Transfer(u, u, s[0], s[1], Buf.SCRATCH, lane, 1, Op.COPY))
+            steps.setdefault(at, []).append(Transfer(u, v, Buf.SCRATCH, lane, d[0], d[1], 1, op))
+            dk = (v, d[0], d[1])
+            ready[dk] = max(ready.get(dk, -1), at)
+        return Schedule(coll, name, tuple(Step(tuple(steps[s])) for s in sorted(steps)),
+                        scratch_chunks=max(self.scratch, default=0))
+
+
+def _groups(trees: list[np.ndarray]) -> list[tuple[np.ndarray, list[int]]]:
+    """Chunks grouped by identical tree, in chunk order."""
+    by: dict[bytes, tuple[np.ndarray, list[int]]] = {}
+    for j, t in enumerate(trees):
+        by.setdefault(t.tobytes(), (t, []))[1].append(j)
+    return list(by.values())
+
+
+def _children(parent: np.ndarray, root: int) -> list[list[int]]:
+    kids: list[list[int]] = [[] for _ in range(len(parent))]
+    for v, u in enumerate(parent.tolist()):
+        if v != root:
+            kids[u].append(v)
+    return kids
+
+
+def _emit_out(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[int],
+              src: Callable[[int], Slot], dst: Callable[[int], Slot]) -> None:
+    """Chunks ``js`` down an out-tree: chunk j leaves the root from ``src(j)`` and lands in
+    ``dst(j)`` everywhere; an edge at depth d has priority 2j + d."""
+    kids = _children(parent, root)
+    order: list[tuple[int, int, int]] = []  # (depth of the edge, u, v)
+    frontier = [(root, 0)]
+    while frontier:
+        u, d = frontier.pop()
+        for v in kids[u]:
+            order.append((d + 1, u, v))
+            frontier.append((v, d + 1))
+    for j in js:
+        for d, u, v in order:
+            e.send(phase, 2 * j + d, u, src(j) if u == root else dst(j), v, dst(j), staged=u == root)
+
+
+def _emit_in(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[int],
+             own: Callable[[int, int], Slot], acc: Callable[[int, int], Slot]) -> None:
+    """Chunks ``js`` up an in-tree, reducing: a leaf v sends its own ``own(v, j)``, an inner rank
+    its sum ``acc(v, j)`` (which must already hold its own piece), each reduced into the parent's
+    ``acc``; a rank at height h sends with priority 2j + h + 1, after its children."""
+    kids = _children(parent, root)
+    n = len(parent)
+    height = [0] * n
+    order: list[int] = []
+    stack = [root]
+    while stack:
+        u = stack.pop()
+        order.append(u)
+        stack.extend(kids[u])
+    for u in reversed(order):
+        for v in kids[u]:
+            height[u] = max(height[u], height[v] + 1)
+    for j in js:
+        for v in order:
+            if v != root:
+                u = int(parent[v])
+                s = acc(v, j) if kids[v] else own(v, j)
+                e.send(phase, 2 * j + height[v] + 1, v, s, u, acc(u, j), Op.REDUCE, staged=not kids[v])
+
+
+# -- the collectives ----------------------------------------------------------------------------
+
+
+def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None, chunks: int | None = None,
+               passes: int = PASSES) -> Schedule:
+    """A tree schedule for ``kind`` on ``topology`` (module docstring), named ``synth``.
+
+    ``chunks``: chunks per root's piece (allgather and reducescatter: per rank, so C = chunks;
+    allreduce: C = ranks·chunks; broadcast and reduce: C = chunks); default ``default_chunks``.
+    """
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        raise SynthesisError(f"collective: unknown kind {kind!r} (one of {', '.join(SYNTH_KINDS)})") from None
+    if kind not in SYNTH_KINDS:
+        raise SynthesisError(f"collective: cannot synthesize {kind} (one of {', '.join(SYNTH_KINDS)})")
+    n = topology.ranks
+    if kind in (Kind.BROADCAST, Kind.REDUCE):
+        root = 0 if root is None else root
+        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
+            raise SynthesisError(f"root {root!r} out of range for a topology of {n} ranks")
+    elif root is not None:
+        raise SynthesisError(f"{kind} has no root, got root={root}")
+    c = default_chunks(kind, n) if chunks is None else chunks
+    if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+        raise SynthesisError(f"chunks must be an integer >= 1, got {chunks!r}")
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+        raise SynthesisError(f"passes must be an integer >= 1, got {passes!r}")
+    e = _Emitter(n, LANES)
+    rank_roots = range(n)
+    if kind is Kind.ALLGATHER:
+        coll = Collective(kind, n, c)
+        for r in rank_roots:
+            e.local(0, r, (Buf.INPUT, 0), (Buf.OUTPUT, r * c), c)
+        if n > 1:
+            pk = pack(topology, rank_roots, c, inward=False, passes=passes)
+            for r in rank_roots:
+                for parent, js in _groups(pk.trees[r]):
+                    _emit_out(e, 0, r, parent, js, lambda j: (Buf.INPUT, j),
+                              lambda j, r=r: (Buf.OUTPUT, r * c + j))  # type: ignore[misc]
+    elif kind is Kind.REDUCESCATTER:
+        coll = Collective(kind, n, c)
+        for r in rank_roots:
+            e.local(0, r, (Buf.INPUT, r * c), (Buf.OUTPUT, 0), c)
+        if n > 1:
+            pk = pack(topology, rank_roots, c, inward=True, passes=passes)
+            # Inner ranks sum in scratch: N·C slots each, filled with their own input first.
+            base = [e.reserve(v, n * c) for v in range(n)]
+            for v in range(n):
+                e.local(0, v, (Buf.INPUT, 0), (Buf.SCRATCH, base[v]), n * c)
+            for r in rank_roots:
+                def own(v: int, j: int, r: int = r) -> Slot:
+                    return (Buf.INPUT, r * c + j)
+
+                def acc(v: int, j: int, r: int = r) -> Slot:
+                    return (Buf.OUTPUT, j) if v == r else (Buf.SCRATCH, base[v] + r * c + j)
+
+                for parent, js in _groups(pk.trees[r]):
+                    _emit_in(e, 0, r, parent, js, own, acc)
+    elif kind is Kind.ALLREDUCE:
+        coll = Collective(kind, n, n * c)
+        if n > 1:
+            rs = pack(topology, rank_roots, c, inward=True, passes=passes)
+            ag = pack(topology, rank_roots, c, inward=False, passes=passes)
+            for r in rank_roots:
+                def mine(v: int, j: int, r: int = r) -> Slot:
+                    return (Buf.INPUT, r * c + j)
+
+                for parent, js in _groups(rs.trees[r]):
+                    _emit_in(e, 0, r, parent, js, mine, mine)
+                for parent, js in _groups(ag.trees[r]):
+                    _emit_out(e, 1, r, parent, js, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
+                              lambda j, r=r: (Buf.INPUT, r * c + j))  # type: ignore[misc]
+    elif kind is Kind.BROADCAST:
+        assert root is not None
+        coll = Collective(kind, n, c, root)
+        if n > 1:
+            pk = pack(topology, [root], c, inward=False, passes=passes)
+            for parent, js in _groups(pk.trees[root]):
+                _emit_out(e, 0, root, parent, js, lambda j: (Buf.INPUT, j), lambda j: (Buf.INPUT, j))
+    else:
+        assert root is not None
+        coll = Collective(kind, n, c, root)
+        if n > 1:
+            pk = pack(topology, [root], c, inward=True, passes=passes)
+            for parent, js in _groups(pk.trees[root]):
+                _emit_in(e, 0, root, parent, js, lambda v, j: (Buf.INPUT, j), lambda v, j: (Buf.INPUT, j))
+    return e.schedule(coll, "synth")
+
+
+def predicted_time(pk: Packing, chunk_bytes: float) -> float:
+    """The packing's bandwidth time for chunks of ``chunk_bytes``: max over links of bytes / bandwidth."""
+    return pk.time_per_byte * chunk_bytes if math.isfinite(pk.time_per_byte) else math.inf
