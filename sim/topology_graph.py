@@ -196,8 +196,9 @@ class Topology:
             return (src, dst)
         return None
 
-    def _tree(self, dst: int) -> tuple[list[int], list[int], list[float]]:
-        """For every node (by number): latency in fs, hops and widest bottleneck of its best routes to dst.
+    def _tree(self, dst: int) -> tuple[list[int], list[int], list[float], list[list[int]]]:
+        """For every node (by number): latency in fs, hops and widest bottleneck of its best routes to dst,
+        and its best next hops (in node order).
 
         Dijkstra from dst over reversed links on (latency, hops), latencies in
         integer femtoseconds so that equal routes tie exactly; then, nearest
@@ -230,17 +231,23 @@ class Topology:
         widest = [0.0] * n
         widest[dst] = math.inf
         succ = self._succ
+        nexts: list[list[int]] = [[] for _ in range(n)]
         for u in done[1:]:
             best = 0.0
+            tight: list[tuple[int, float]] = []
             for v, vl, bw in succ[u]:
                 if hops[v] + 1 == hops[u] and hops[v] >= 0 and lat[v] + vl == lat[u]:
                     w = bw if bw < widest[v] else widest[v]
+                    tight.append((v, w))
                     if w > best:
                         best = w
             widest[u] = best
-        return lat, hops, widest
+            # Computed once per tree: a switch's p successors are scanned once, not once per route through it.
+            nexts[u] = sorted(v for v, w in tight if w == best)
+        return lat, hops, widest, nexts
 
-    def _walk(self, src: int, dst: int, tree: tuple[list[int], list[int], list[float]]) -> tuple[Node, ...]:
+    def _walk(self, src: int, dst: int,
+              tree: tuple[list[int], list[int], list[float], list[list[int]]]) -> tuple[Node, ...]:
         """Follow best next hops from src to dst; among k equals, pick by the next base-k digit of dst.
 
         The first choice is the (dst mod k)-th candidate in node order, the
@@ -248,17 +255,15 @@ class Topology:
         equal paths, as the two-level tables of Al-Fares et al. 2008 do in a
         fat tree (uplink by destination, then core by destination).
         """
-        lat, hops, widest = tree
+        _lat, hops, _widest, best = tree
         if hops[src] < 0:
             raise TopologyError(f"rank {src} cannot reach rank {dst}")
-        succ, nodes = self._succ, self._nodes
+        nodes = self._nodes
         path: list[Node] = [src]
         u = src
         digits = dst  # consumed in mixed radix, so that successive choices are independent
         while u != dst:
-            nexts = sorted(v for v, vl, bw in succ[u]
-                           if hops[v] >= 0 and hops[v] + 1 == hops[u] and lat[v] + vl == lat[u]
-                           and min(bw, widest[v]) == widest[u])
+            nexts = best[u]
             if len(nexts) > 1:
                 digits, pick = divmod(digits, len(nexts))
                 u = nexts[pick]
