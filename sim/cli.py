@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from algorithms import fileformat, registry
-from algorithms.errors import CollschedError, UsageError
+from algorithms.errors import CollschedError, ScheduleError, UsageError
 from algorithms.ir import Kind, Schedule
 from sim.units import parse_bandwidth, parse_duration, parse_size, parse_sizes
 
@@ -107,17 +107,25 @@ def add_schedule_args(parser: argparse.ArgumentParser, *, ranks: bool = True, fi
     parser.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
                         help="other algorithm parameter, e.g. --param group=4 (repeatable)")
     if file:
-        parser.add_argument("--file", "-f", metavar="F", help="a schedule file (collsched.schedule/1 JSON)")
+        parser.add_argument("--file", "-f", metavar="F",
+                            help="a schedule file (collsched.schedule/1 JSON, or MSCCL-IR XML)")
 
 
-def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None) -> Schedule:
-    """Build or load the schedule the options name; ``UsageError`` when they do not fit together."""
+def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None, allow_custom: bool = False) -> Schedule:
+    """Build or load the schedule the options name; ``UsageError`` when they do not fit together.
+
+    ``allow_custom``: an MSCCL-IR file with ``coll="custom"`` loads (for timing only: it has no postcondition).
+    """
     if getattr(args, "file", None):
         extra = [o for o in ("collective", "algorithm", "chunks", "root") if getattr(args, o, None) is not None]
         if getattr(args, "ranks", None) is not None:
             extra.append("ranks")
         if extra or args.param:
             raise UsageError(f"--file cannot be combined with --{', --'.join(extra or ['param'])}")
+        if allow_custom and _is_msccl(args.file):
+            from algorithms.msccl import load_msccl
+
+            return load_msccl(args.file, allow_custom=True)
         return fileformat.load(args.file)
     missing = [o for o in ("collective", "algorithm") if getattr(args, o, None) is None]
     p = ranks if ranks is not None else getattr(args, "ranks", None)
@@ -163,23 +171,115 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_msccl(path: str) -> bool:
+    """True when the file is MSCCL-IR XML (by its name, or by its first bytes)."""
+    if fileformat.is_xml_path(path):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    from algorithms.msccl import looks_like_xml
+
+    return looks_like_xml(head)
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from sim.verify import verify
 
-    report = verify(schedule_from_args(args))
+    findings: list[Any] = []
+    if getattr(args, "file", None) and _is_msccl(args.file):
+        # MSCCL-IR: the static executability check first; what would hang or be rejected is a violation.
+        from algorithms.msccl import check_msccl
+
+        findings = check_msccl(args.file)
+        errors = [f for f in findings if f.severity == "error"]
+        try:
+            schedule = schedule_from_args(args)
+        except ScheduleError as e:
+            if not errors:
+                raise
+            return _print_findings(args, findings, f"{args.file}: cannot run: {e}")
+        report = verify(schedule)
+    else:
+        report = verify(schedule_from_args(args))
+    ok = report.ok and not any(f.severity == "error" for f in findings)
     if args.json:
-        print(json.dumps(report.to_dict()))
+        d = report.to_dict()
+        d["ok"] = ok
+        if findings:
+            d["msccl_findings"] = [f.to_dict() for f in findings]
+        print(json.dumps(d))
     else:
         print(report)
-    return 0 if report.ok else 1
+        for f in findings:
+            print(f"  MSCCL {f}")
+    return 0 if ok else 1
+
+
+def _print_findings(args: argparse.Namespace, findings: Sequence[Any], head: str) -> int:
+    """Report an MSCCL-IR file that cannot be imported because of its check's findings (exit status 1)."""
+    if args.json:
+        print(json.dumps({"ok": False, "error": head, "violations": [],
+                          "msccl_findings": [f.to_dict() for f in findings]}))
+    else:
+        print(head)
+        for f in findings:
+            print(f"  MSCCL {f}")
+    return 1
+
+
+def _save(schedule: Schedule, args: argparse.Namespace) -> None:
+    """Write ``schedule`` to ``args.output``: MSCCL-IR for --format msccl or a .xml name, else JSON."""
+    fmt = args.format or ("msccl" if fileformat.is_xml_path(args.output) else "json")
+    msccl_opts = {k: getattr(args, k) for k in ("proto", "nchannels", "min_bytes", "max_bytes")
+                  if getattr(args, k, None) is not None}
+    for k in ("min_bytes", "max_bytes"):
+        if k in msccl_opts:
+            msccl_opts[k] = int(parse_size(msccl_opts[k]))
+    try:
+        if fmt == "msccl":
+            from algorithms.msccl import save_msccl
+
+            save_msccl(schedule, args.output, **msccl_opts)
+        else:
+            if msccl_opts:
+                raise UsageError(f"--{next(iter(msccl_opts)).replace('_', '-')} is for MSCCL-IR output "
+                                 "(--format msccl or a .xml name)")
+            fileformat.save(schedule, args.output)
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
+
+
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("json", "msccl"), default=None,
+                   help="file format (default: msccl for a .xml name, else json)")
+    p.add_argument("--proto", choices=("Simple", "LL", "LL128"), default=None,
+                   help="MSCCL-IR: the protocol the executor runs it with (default Simple)")
+    p.add_argument("--nchannels", type=int, default=None, metavar="N",
+                   help="MSCCL-IR: spread connections over at least N channels (default 1)")
+    p.add_argument("--min-bytes", default=None, metavar="SIZE",
+                   help="MSCCL-IR: smallest call the executor picks it for (default 0)")
+    p.add_argument("--max-bytes", default=None, metavar="SIZE",
+                   help="MSCCL-IR: largest call the executor picks it for (default 0: unlimited)")
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    schedule = fileformat.load(args.input)
+    _save(schedule, args)
+    if args.json:
+        print(json.dumps({"ok": True, "input": str(args.input), "output": str(args.output), "name": schedule.name,
+                          "steps": len(schedule.steps), "transfers": schedule.num_transfers}))
+    else:
+        print(f"wrote {args.output}: {schedule.name} ({schedule.collective.describe()}), "
+              f"{len(schedule.steps)} steps, {schedule.num_transfers} transfers")
+    return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     schedule = schedule_from_args(args)
-    try:
-        fileformat.save(schedule, args.output)
-    except OSError as e:
-        raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
+    _save(schedule, args)
     if args.json:
         print(json.dumps({"ok": True, "output": str(args.output), "name": schedule.name,
                           "collective": schedule.collective.kind.value, "ranks": schedule.collective.ranks,
@@ -345,7 +445,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     opts = _engine_options(args)
     topo = _topology(args)
-    schedule = schedule_from_args(args, ranks=topo.ranks)
+    schedule = schedule_from_args(args, ranks=topo.ranks, allow_custom=True)
     t0 = time.perf_counter()
     result = simulate(schedule, topo, size, **opts)
     wall = time.perf_counter() - t0
@@ -358,6 +458,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     else:
         _print_result(result, schedule, wall, args)
         _print_stretched(stretched, topo, args.placement)
+    if schedule.name.startswith("custom:"):  # an MSCCL-IR custom program: timing only, no postcondition
+        return 0
     return 0 if result.ok else 1
 
 
@@ -396,7 +498,9 @@ def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.N
             pred = predict(alg.kind, alg.name, topo.ranks, result.size, alpha=alpha, beta=beta, params=params)
             print(f"  closed form {_human_time(pred.time)} ({pred.formula}; α={alpha:.3g} s, β=1/{1 / beta:.4g} B/s "
                   f"from route 0->1)")
-    if result.ok:
+    if schedule.name.startswith("custom:"):
+        print("  postcondition none (an MSCCL-IR custom program: simulated for its timing only)")
+    elif result.ok:
         print("  postcondition OK")
     else:
         print(f"  postcondition BROKEN: {len(result.violations)} violation(s)")
@@ -511,11 +615,18 @@ def build_parser(extensions: Sequence[str] = ()) -> Parser:
     add_schedule_args(p)
     add_common_args(p, json_help='print {"ok", "violations", "transfers", "steps"}')
     p.set_defaults(func=_cmd_verify)
-    p = sub.add_parser("export", help="write a schedule file (collsched.schedule/1)")
+    p = sub.add_parser("export", help="write a schedule file (collsched.schedule/1 JSON, or MSCCL-IR XML)")
     add_schedule_args(p, file=False)
     p.add_argument("--output", "-o", required=True, metavar="F", help="file to write")
+    _add_output_args(p)
     add_common_args(p, json_help='print {"ok", "output", "name", "collective", "ranks", "steps", "transfers"}')
     p.set_defaults(func=_cmd_export)
+    p = sub.add_parser("convert", help="convert a schedule file between JSON and MSCCL-IR XML")
+    p.add_argument("input", metavar="IN", help="schedule file to read (JSON or MSCCL-IR XML)")
+    p.add_argument("output", metavar="OUT", help="file to write")
+    _add_output_args(p)
+    add_common_args(p, json_help='print {"ok", "input", "output", "name", "steps", "transfers"}')
+    p.set_defaults(func=_cmd_convert)
     _add_sim_parsers(sub)
     for name in extensions:
         importlib.import_module(name).add_parser(sub)
