@@ -18,6 +18,12 @@ Model (docs/design.md, "The simulator"). A transfer of b bytes from rank a to ra
 5. *ends*: writes its destination. In dataflow mode a write also waits for the
    transfers of its own step that read that slot to have started.
 
+Two optional terms model a host-driven runtime (docs/design.md, "Machine model
+and calibration"): ``message_cpu``, a rank's processor time per network message
+it sends (before step 2) or receives (before the reduction), one message at a
+time per rank; and ``launch``, a fixed cost per collective before anything
+starts. Both are 0 by default, which leaves every result as described here.
+
 A local transfer (a == b') has no network cost, only the reduction time. On a
 contention-free schedule every step costs max(α + b/B + b·γ) and the result
 equals the alpha-beta closed form (``sim.cost``) to rounding.
@@ -178,6 +184,7 @@ def simulate(
     faults: Faults | None = None,
     progress: bool = False,
     launch: float = 0.0,
+    message_cpu: float = 0.0,
 ) -> SimResult:
     """Simulate ``schedule`` moving a message of ``size`` bytes over ``topology`` (module docstring).
 
@@ -186,6 +193,11 @@ def simulate(
     ``launch``: seconds per collective before its first transfer may start (a
     runtime's fixed cost per call, such as NCCL's base latency); every time in
     the result is later by it, and 0 leaves the run unchanged.
+    ``message_cpu``: seconds of a rank's processor per network message it
+    sends or receives, one message at a time per rank (a host-driven
+    runtime posting and completing each message): a transfer's send waits
+    until its source is free, then that long; its landing waits until its
+    destination is free, then that long. 0 leaves the run unchanged.
     ``progress``: show a tqdm bar on stderr for long runs.
     """
     if mode not in MODES:
@@ -200,6 +212,8 @@ def simulate(
         raise SimulationError(f"reduce bandwidth must be a positive number of bytes/s, got {reduce_bandwidth!r}")
     if isinstance(launch, bool) or not isinstance(launch, int | float) or not 0 <= launch < math.inf:
         raise SimulationError(f"launch must be a finite number of seconds >= 0, got {launch!r}")
+    if isinstance(message_cpu, bool) or not isinstance(message_cpu, int | float) or not 0 <= message_cpu < math.inf:
+        raise SimulationError(f"message_cpu must be a finite number of seconds >= 0, got {message_cpu!r}")
     if topology.ranks != schedule.ranks:
         raise TopologyError(
             f"topology {topology.name} has {topology.ranks} ranks but the schedule needs {schedule.ranks}")
@@ -211,7 +225,7 @@ def simulate(
     gc.disable()
     try:
         run = _Run(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth, faults.stragglers,
-                   progress)
+                   progress, float(message_cpu))
         result = run.go()
         return _delayed(result, float(launch)) if launch else result
     finally:
@@ -240,7 +254,8 @@ class _Run:
     """
 
     def __init__(self, schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
-                 reduce_bandwidth: float | None, stragglers: Mapping[int, float], progress: bool) -> None:
+                 reduce_bandwidth: float | None, stragglers: Mapping[int, float], progress: bool,
+                 message_cpu: float = 0.0) -> None:
         import simpy
 
         self.env = simpy.Environment()
@@ -301,6 +316,9 @@ class _Run:
             self.post[i] = post
 
         p = schedule.ranks
+        # message_cpu: when each rank's processor is next free (a rank handles one message at a time).
+        self.cpu = message_cpu
+        self.cpu_free = [0.0] * p
         self.bw = topology.link_bandwidths() + [float(reduce_bandwidth or 1.0)] * p
         self.active: list[set[int]] = [set() for _ in range(nl + p)]
         self.busy = [0.0] * (nl + p)
@@ -389,6 +407,10 @@ class _Run:
         if self.dataflow:
             self.to_finish.extend(self.ready.start(t))
         pre = self.pre[t]
+        if self.cpu and tr.src != tr.dst:
+            free = self.cpu_free
+            free[tr.src] = max(now, free[tr.src]) + self.cpu
+            pre += free[tr.src] - now
         if pre > 0:
             self.events += 1
             self.Timeout(self.env, pre, t).callbacks.append(self._on_pre)
@@ -484,6 +506,21 @@ class _Run:
 
     def _landed(self, t: int) -> None:
         """The bytes are at the destination: combine them (a flow on its reducer), or deliver."""
+        if self.cpu:
+            tr = self.transfers[t]
+            if tr.src != tr.dst:
+                now, free = self.env.now, self.cpu_free
+                free[tr.dst] = max(now, free[tr.dst]) + self.cpu
+                self.events += 1
+                self.Timeout(self.env, free[tr.dst] - now, t).callbacks.append(self._on_received)
+                return
+        self._received(t)
+
+    def _on_received(self, ev: Any) -> None:
+        self._received(ev._value)
+        self._drain()
+
+    def _received(self, t: int) -> None:
         reducer = self.reducer[t]
         if reducer >= 0:
             self.reducing[t] = 1

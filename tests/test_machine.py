@@ -4,6 +4,7 @@ against NVIDIA's published figures. References are hand-worked closed forms and 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,24 @@ def test_dgx_h100_figures_through_the_command_line(capsys: pytest.CaptureFixture
     assert json.loads(capsys.readouterr().out)["busbw_GBps"] == pytest.approx(367.5, rel=0.05)
     assert cli_main([*base, "--size", "1KiB"]) == 0
     assert json.loads(capsys.readouterr().out)["time_s"] == pytest.approx(56e-6, rel=0.05)
+
+
+# -- the engine's per-message processor cost ---------------------------------------------------------------
+
+
+def test_message_cpu_serialises_each_ranks_messages() -> None:
+    p, c, n = 4, 7e-6, 1 << 20
+    # direct allgather on a network too fast to matter: every rank posts its p-1 sends (c each, one at a
+    # time), then takes its p-1 receives one at a time: 2(p-1)c.
+    fast = registry.build("allgather", "direct", p)
+    r = simulate(fast, ring(p, bandwidth=1e30, latency=0.0), n, message_cpu=c)
+    assert r.ok and r.time == pytest.approx(2 * (p - 1) * c, rel=1e-9)
+    # ring allgather on a ring: each step sends once and receives once, after the previous step's receive:
+    # (p-1)(2c + α + (n/p)/B).
+    bw, lat = 1e9, 3e-6
+    r = simulate(registry.build("allgather", "ring", p), ring(p, bandwidth=bw, latency=lat), n, message_cpu=c)
+    assert r.ok and r.time == pytest.approx((p - 1) * (2 * c + lat + n / p / bw), rel=1e-9)
+    # zero changes nothing
+    assert simulate(fast, ring(p), n, message_cpu=0.0).time == simulate(fast, ring(p), n).time
+    with pytest.raises(SimulationError, match="message_cpu"):
+        simulate(fast, ring(p), n, message_cpu=math.nan)
