@@ -197,12 +197,12 @@ class _Emitter:
     def __init__(self, ranks: int, lanes: int = 1) -> None:
         self.ranks = ranks
         self.lanes = lanes
-        self.turn: dict[tuple[int, int], int] = {}
+        self.turn: dict[tuple[int, int, int], int] = {}
         self.scratch = [0] * ranks
         self.fixed: list[tuple[int, Transfer]] = []
-        self.sends: list[tuple[int, int, int, int, Slot, int, Slot, Op, bool]] = []
+        self.sends: list[tuple[int, int, int, int, Slot, int, Slot, Op, int]] = []
         self.ready: dict[tuple[int, Buf, int], int] = {}
-        self.lane: dict[tuple[int, int, int], int] = {}
+        self.lane: dict[tuple[int, int, int, int], int] = {}
 
     def reserve(self, rank: int, count: int = 1) -> int:
         """``count`` fresh scratch slots of ``rank``; the first one's index."""
@@ -218,9 +218,10 @@ class _Emitter:
             self.ready[key] = max(self.ready.get(key, -1), step)
 
     def send(self, phase: int, priority: int, u: int, s: Slot, v: int, d: Slot, op: Op = Op.COPY,
-             staged: bool = True) -> None:
+             staged: int = -1) -> None:
         """A message u -> v of one chunk, placed later by ``schedule`` in (phase, priority) order;
-        ``staged``: through a lane (for data u holds from the start), else straight from ``s``."""
+        ``staged`` >= 0: through a lane of that group (lanes are per pair and group), else straight
+        from ``s``."""
         self.sends.append((phase, priority, len(self.sends), u, s, v, d, op, staged))
 
     def schedule(self, coll: Collective, name: str) -> Schedule:
@@ -228,18 +229,18 @@ class _Emitter:
         for step, t in self.fixed:
             steps.setdefault(step, []).append(t)
         ready, lanes = self.ready, self.lane
-        last: dict[tuple[int, int, int], int] = {}
+        last: dict[tuple[int, int, int, int], int] = {}
         turn = self.turn
         for _phase, _prio, _i, u, s, v, d, op, staged in sorted(self.sends):
-            if not staged:
+            if staged < 0:
                 at = ready.get((u, s[0], s[1]), -1) + 1
                 steps.setdefault(at, []).append(Transfer(u, v, s[0], s[1], d[0], d[1], 1, op))
                 dk = (v, d[0], d[1])
                 ready[dk] = max(ready.get(dk, -1), at)
                 continue
-            which = turn.get((u, v), 0)
-            turn[(u, v)] = (which + 1) % self.lanes
-            key = (u, v, which)
+            which = turn.get((u, v, staged), 0)
+            turn[(u, v, staged)] = (which + 1) % self.lanes
+            key = (u, v, staged, which)
             lane = lanes.get(key)
             if lane is None:
                 lane = lanes[key] = self.reserve(u)
@@ -283,7 +284,8 @@ def _emit_out(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[i
             frontier.append((v, d + 1))
     for j in js:
         for d, u, v in order:
-            e.send(phase, 2 * j + d, u, src(j) if u == root else dst(j), v, dst(j), staged=u == root)
+            e.send(phase, 2 * j + d, u, src(j) if u == root else dst(j), v, dst(j),
+                   staged=root if u == root else -1)
 
 
 def _emit_in(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[int],
@@ -308,7 +310,8 @@ def _emit_in(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[in
             if v != root:
                 u = int(parent[v])
                 s = acc(v, j) if kids[v] else own(v, j)
-                e.send(phase, 2 * j + height[v] + 1, v, s, u, acc(u, j), Op.REDUCE, staged=not kids[v])
+                e.send(phase, 2 * j + height[v] + 1, v, s, u, acc(u, j), Op.REDUCE,
+                       staged=root if not kids[v] else -1)
 
 
 # -- the collectives ----------------------------------------------------------------------------

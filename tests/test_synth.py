@@ -1,0 +1,137 @@
+"""sim.synth: synthesized schedules verify, simulate correctly, never beat the bound, and reach it
+where the measured numbers say they do."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from algorithms import registry
+from algorithms.ir import Kind
+from sim.bounds import bound
+from sim.engine import simulate
+from sim.synth import SYNTH_KINDS, SynthesisError, pack, synthesize
+from sim.topology import Topology, cluster, fat_tree, from_spec, ring, single_switch, torus
+from sim.topology_strategies import topologies
+from sim.verify import verify
+
+ROOTED = (Kind.BROADCAST, Kind.REDUCE)
+
+
+def check(kind: Kind, t: Topology, size: float, *, root: int | None = None, chunks: int | None = None) -> float:
+    """Synthesize, verify, simulate in both modes; the dataflow time, which never beats the bound."""
+    s = synthesize(kind, t, root=root, chunks=chunks)
+    assert s.name == "synth" and s.collective.kind is kind and s.ranks == t.ranks
+    report = verify(s)
+    assert report.ok, report.violations[:3]
+    b = bound(kind, t, size, root=root)
+    times = []
+    for mode in ("dataflow", "lockstep"):
+        r = simulate(s, t, size, mode=mode)
+        assert r.ok, r.violations[:3]
+        assert r.time >= b.bound_s * (1 - 1e-9), (mode, r.time, b)
+        times.append(r.time)
+    return times[0]
+
+
+@pytest.mark.parametrize("kind", SYNTH_KINDS)
+@pytest.mark.parametrize("spec", ["ring:5", "switch:4", "torus:2x3", "cluster:2x3", "full:4", "uring:4"])
+def test_every_kind_on_fixed_topologies(kind: Kind, spec: str) -> None:
+    t = from_spec(spec)
+    root = t.ranks - 1 if kind in ROOTED else None
+    check(kind, t, 2**20, root=root, chunks=4)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_topologies(data: st.DataObject) -> None:
+    p = data.draw(st.integers(1, 6), label="ranks")
+    t = data.draw(topologies(p), label="topology")
+    kind = data.draw(st.sampled_from(SYNTH_KINDS), label="kind")
+    root = data.draw(st.integers(0, p - 1), label="root") if kind in ROOTED else None
+    chunks = data.draw(st.integers(1, 4), label="chunks")
+    size = data.draw(st.sampled_from([1.0, 2.0**16, 2.0**26]), label="size")
+    check(kind, t, size, root=root, chunks=chunks)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_packing_never_beats_the_cut_bound(data: st.DataObject) -> None:
+    # The packing's own prediction (max over links of bytes / bandwidth) is a schedule's bandwidth
+    # time, so the cut bound, computed independently by max-flow, must sit at or below it.
+    p = data.draw(st.integers(2, 6), label="ranks")
+    t = data.draw(topologies(p), label="topology")
+    inward = data.draw(st.booleans(), label="inward")
+    chunks = data.draw(st.integers(1, 6), label="chunks")
+    pk = pack(t, range(p), chunks, inward=inward)
+    size = 2.0**30  # allgather output / reducescatter input: chunk bytes = size / (p·chunks)
+    b = bound(Kind.REDUCESCATTER if inward else Kind.ALLGATHER, t, size)
+    assert pk.time_per_byte * size / (p * chunks) >= b.bandwidth_s * (1 - 1e-9)
+    assert all(len(trees) == chunks for trees in pk.trees.values())
+    for r, trees in pk.trees.items():
+        for parent in trees:  # a spanning tree: every rank reaches the root through parents
+            for v in range(p):
+                seen = set()
+                while v != r:
+                    assert v not in seen
+                    seen.add(v)
+                    v = int(parent[v])
+
+
+def test_ring_allgather_reaches_the_bound() -> None:
+    t = ring(8)
+    size = 2**30
+    got = check(Kind.ALLGATHER, t, size)
+    assert got <= bound(Kind.ALLGATHER, t, size).bound_s * 1.05  # measured: 2.2% above
+
+
+def test_allreduce_reaches_the_two_phase_reference_on_a_ring() -> None:
+    t = ring(8)
+    size = 2**30
+    got = check(Kind.ALLREDUCE, t, size)
+    ref = bound(Kind.ALLREDUCE, t, size).reference_s
+    assert ref is not None and got <= ref * 1.05  # measured: 0.9% above
+
+
+def test_two_level_cluster_beats_every_library_allgather_threefold() -> None:
+    t = cluster(2, 8)
+    size = 2**30
+    got = check(Kind.ALLGATHER, t, size, chunks=32)
+    best = min(simulate(a.build(16), t, size).time for a in registry.algorithms(Kind.ALLGATHER)
+               if a.unsupported(16) is None)
+    assert best >= 3 * got, (best, got)
+
+
+@pytest.mark.parametrize("kind", [Kind.ALLGATHER, Kind.REDUCESCATTER])
+def test_switched_topologies_stay_within_a_third_of_the_bound(kind: Kind) -> None:
+    # Measured 75-92% of the bound (benchmarks/bench_bounds.py): trees through switches share links
+    # unevenly under the simulator's fair sharing. This pins the level so a regression shows.
+    for t in (fat_tree(4), single_switch(8), torus(3, 3)):
+        size = 2**28
+        got = check(kind, t, size, chunks=16)
+        assert got <= bound(kind, t, size).bound_s * 1.5
+
+
+def test_single_rank_and_defaults() -> None:
+    t = ring(1)
+    for kind in SYNTH_KINDS:
+        s = synthesize(kind, t, root=0 if kind in ROOTED else None)
+        assert verify(s).ok
+    s = synthesize(Kind.ALLREDUCE, ring(4), chunks=3)
+    assert s.collective.chunks == 12  # chunks per root's piece, four pieces
+    assert synthesize(Kind.BROADCAST, ring(4)).collective.root == 0
+
+
+def test_errors() -> None:
+    t = ring(4)
+    with pytest.raises(SynthesisError, match="unknown kind"):
+        synthesize("nonsense", t)
+    with pytest.raises(SynthesisError, match="cannot synthesize alltoall"):
+        synthesize("alltoall", t)
+    with pytest.raises(SynthesisError, match="root 4 out of range"):
+        synthesize("broadcast", t, root=4)
+    with pytest.raises(SynthesisError, match="has no root"):
+        synthesize("allgather", t, root=1)
+    with pytest.raises(SynthesisError, match="chunks must be an integer >= 1"):
+        synthesize("allgather", t, chunks=0)
