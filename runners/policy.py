@@ -14,6 +14,12 @@ places, later ones overriding earlier ones kind by kind:
    ``"allreduce=ring,allgather=bruck:chunks=2"``, which pins one algorithm
    per kind for every size.
 
+Instead of an algorithm name, a rule may name a schedule file:
+``allreduce=file:/path/ring8.xml`` (or any value ending in ``.json`` or
+``.xml``), a collsched.schedule/1 JSON or an MSCCL-IR XML file such as
+msccl-tools, TACCL or TE-CCL write. It serves its own collective kind on its
+own world size (and root), and is loaded once per process.
+
 The name ``p2p`` is always available: the backend's direct point-to-point
 implementation (``runners.direct``: every rank exchanges with its peers
 directly, no schedule). It is not ``direct``, because the algorithm library
@@ -39,12 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from algorithms import registry
+from algorithms import fileformat, registry
 from algorithms.errors import CollschedError, RegistryError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 
 __all__ = [
     "DEFAULTS",
+    "FILE_PREFIX",
     "P2P",
     "ENV_ALGORITHMS",
     "ENV_TUNING",
@@ -57,6 +64,7 @@ __all__ = [
 ]
 
 P2P = "p2p"
+FILE_PREFIX = "file:"
 ENV_ALGORITHMS = "COLLSCHED_ALGORITHMS"
 ENV_TUNING = "COLLSCHED_TUNING"
 TUNING_FORMAT = "collsched.tuning/1"
@@ -103,6 +111,16 @@ class Rule:
 def _can_serve(kind: Kind, choice: Choice, ranks: int) -> str | None:
     """Why ``choice`` cannot serve ``kind`` on ``ranks`` ranks, or None when it can."""
     if choice.algorithm == P2P:
+        return None
+    if choice.algorithm.startswith(FILE_PREFIX):
+        try:
+            s = _schedule_file(choice.algorithm[len(FILE_PREFIX):])
+        except CollschedError as err:
+            return str(err)
+        if s.collective.kind is not kind:
+            return f"the file holds a {s.collective.kind} schedule"
+        if s.ranks != ranks:
+            return f"the file's schedule is for {s.ranks} ranks"
         return None
     try:
         algorithm = registry.get(kind, choice.algorithm)
@@ -227,6 +245,18 @@ def _choice(kind: Kind, name: str, params: Mapping[str, Any], where: str) -> Cho
     """A user's choice, checked: the algorithm exists for the kind and its parameters are known and valid."""
     if not isinstance(name, str) or not name:
         raise PolicyError(f"{where}: algorithm must be a non-empty string, got {name!r}")
+    if _is_file(name):
+        if params:
+            raise PolicyError(f"{where}: a schedule file takes no parameters, got {', '.join(params)}")
+        path = name[len(FILE_PREFIX):] if name.startswith(FILE_PREFIX) else name
+        full = str(Path(path).expanduser().resolve())
+        try:
+            s = _schedule_file(full)
+        except CollschedError as err:
+            raise PolicyError(f"{where}: {err}") from None
+        if s.collective.kind is not kind:
+            raise PolicyError(f"{where}: {path} holds a {s.collective.kind} schedule, not {kind}")
+        return Choice(FILE_PREFIX + full)
     if name == P2P:
         if params:
             raise PolicyError(f"{where}: {P2P} takes no parameters, got {', '.join(params)}")
@@ -251,6 +281,9 @@ def parse_algorithms(spec: str, *, where: str = ENV_ALGORITHMS) -> dict[Kind, tu
         kind = _kind(kind_name, where)
         if kind in rules:
             raise PolicyError(f"{where}: {kind} is given twice")
+        if _is_file(rest.strip()):
+            rules[kind] = (Rule((_choice(kind, rest.strip(), {}, f"{where}: {kind}"),), origin=where),)
+            continue
         name, *param_items = rest.strip().split(":")
         params: dict[str, int] = {}
         for p in param_items:
@@ -330,8 +363,30 @@ def load_tuning(path: str | Path) -> dict[Kind, tuple[Rule, ...]]:
     return parse_tuning(data, where=str(p))
 
 
+def _is_file(name: str) -> bool:
+    """True when a rule's algorithm names a schedule file (``file:PATH``, or a ``.json``/``.xml`` name)."""
+    return name.startswith(FILE_PREFIX) or name.lower().endswith((".json", ".xml"))
+
+
+@functools.lru_cache(maxsize=32)
+def _schedule_file(path: str) -> Schedule:
+    """A schedule file (JSON or MSCCL-IR XML), loaded once per process."""
+    return fileformat.load(path)
+
+
 @functools.lru_cache(maxsize=512)
 def schedule(kind: Kind, choice: Choice, ranks: int, root: int | None = None) -> Schedule:
-    """The built schedule for ``choice``; built once per (kind, algorithm, params, ranks, root) and cached."""
+    """The built schedule for ``choice``; built once per (kind, algorithm, params, ranks, root) and cached.
+
+    A ``file:`` choice is its file's schedule, which must be for ``kind`` on ``ranks`` ranks (and ``root``).
+    """
+    if choice.algorithm.startswith(FILE_PREFIX):
+        s = _schedule_file(choice.algorithm[len(FILE_PREFIX):])
+        reason = _can_serve(kind, choice, ranks)
+        if reason is None and kind in ROOTED_KINDS and s.collective.root != root:
+            reason = f"the file's schedule has root {s.collective.root}, the call root {root}"
+        if reason is not None:
+            raise PolicyError(f"{choice}: cannot serve {kind} on {ranks} ranks: {reason}")
+        return s
     algorithm = registry.get(kind, choice.algorithm)
     return algorithm.build(ranks, root=root if kind in ROOTED_KINDS else None, **dict(choice.params))

@@ -568,3 +568,100 @@ def test_fuzz_mutated_good_files_raise_only_schedule_errors(data: st.DataObject)
     except ScheduleError:
         return
     verify(s)  # whatever imports is a valid schedule the verifier can judge
+
+
+# --------------------------------------------------------------------------------------------- cli
+
+
+def test_cli_verify_export_convert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from sim.cli import main
+
+    xml = tmp_path / "ring.xml"
+    assert main(["export", "-c", "allreduce", "-a", "ring", "-p", "4", "-o", str(xml), "--proto", "LL128",
+                 "--min-bytes", "1KiB", "--max-bytes", "4MiB"]) == 0
+    head = xml.read_text().splitlines()[0]
+    assert 'proto="LL128"' in head and 'minBytes="1024"' in head and 'maxBytes="4194304"' in head
+    assert main(["verify", "--file", str(xml)]) == 0
+    assert "OK" in capsys.readouterr().out
+    assert main(["convert", str(xml), str(tmp_path / "ring.json")]) == 0
+    assert json.loads((tmp_path / "ring.json").read_text())["format"] == "collsched.schedule/1"
+    assert main(["convert", str(tmp_path / "ring.json"), str(tmp_path / "ring.sched"), "--format", "msccl"]) == 0
+    assert (tmp_path / "ring.sched").read_text().startswith("<algo ")
+    capsys.readouterr()
+    assert main(["export", "-c", "allreduce", "-a", "ring", "-p", "4", "-o", str(tmp_path / "r.json"),
+                 "--proto", "LL"]) == 2
+    assert "--proto is for MSCCL-IR output" in capsys.readouterr().err
+    assert main(["export", "-c", "broadcast", "-a", "binomial", "-p", "4", "-o", str(tmp_path / "b.xml")]) == 2
+    assert "cannot write broadcast as MSCCL-IR" in capsys.readouterr().err
+
+
+def test_cli_verify_reports_check_findings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from sim.cli import main
+
+    hang = tmp_path / "hang.xml"
+    hang.write_text(GOOD.replace('<step s="0" type="s"', '<step s="0" type="r"'))  # both receive first
+    assert main(["verify", "--file", str(hang)]) == 1
+    out = capsys.readouterr().out
+    assert "cannot run" in out and "MSCCL error: deadlock" in out
+    assert main(["verify", "--file", str(hang), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and doc["msccl_findings"][0]["kind"] == "deadlock"
+    old = tmp_path / "old.xml"
+    old.write_text(GOOD.replace(' outofplace="0" minBytes="0" maxBytes="0"', ""))
+    assert main(["verify", "--file", str(old)]) == 0  # a warning does not fail the verdict
+    assert "MSCCL warning: algo: no outofplace" in capsys.readouterr().out
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<algo")
+    assert main(["verify", "--file", str(bad)]) == 2
+
+
+@needs_corpus
+def test_cli_on_the_corpus(capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.cli import main
+
+    assert main(["verify", "--file", str(CORPUS / "mscclang_allreduce_ndv2_ar_1.xml")]) == 1
+    out = capsys.readouterr().out
+    assert "rank 0 input[" in out and "MSCCL error: gpu 6: thread blocks 4, 5 all send to gpu 2" in out
+    custom = str(CORPUS / "mscclang_custom_alltonext_2in.xml")
+    assert main(["verify", "--file", custom]) == 2
+    assert main(["simulate", "--file", custom, "--topology", "full:24", "--size", "1MiB"]) == 0
+    assert "postcondition none" in capsys.readouterr().out
+    assert main(["simulate", "--file", str(CORPUS / "azure_ndv4_allreduce_ring_r48ll128.xml"), "--topology",
+                 "full:8", "--size", "64MiB"]) == 0
+
+
+# --------------------------------------------------------------------------------------------- backend
+
+
+def _backend_runs_files(rank: int, world: int, files: dict[str, str]) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from runners.policy import Policy
+
+    policy = Policy.from_env()
+    assert str(policy.choose("allreduce", 1 << 10, world)).startswith("file:")
+    assert str(policy.choose("allgather", 1 << 10, world)).startswith("file:")
+    x = torch.arange(12, dtype=torch.float64) * (rank + 1)
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.arange(12, dtype=torch.float64) * sum(range(1, world + 1)))
+    mine = torch.full((6,), float(rank))
+    out = torch.empty(6 * world)
+    dist.all_gather_into_tensor(out, mine)
+    assert torch.equal(out, torch.arange(world, dtype=torch.float32).repeat_interleave(6))
+
+
+@pytest.mark.multiprocess
+@needs_corpus
+def test_the_backend_runs_msccl_files(tmp_path: Path) -> None:
+    from tests import backend_cases as cases
+
+    ag = tmp_path / "ag.xml"
+    save_msccl(build("allgather", "ring", 2), ag)
+    # A foreign file (msccl-tools' binary tree, 2 GPUs) for all-reduce, an exported one for all-gather.
+    spec = f"allreduce={CORPUS / 'lyd_allreduce_binary_tree_gpu2.xml'},allgather=file:{ag}"
+    cases.spawn(_backend_runs_files, 2, {}, env={"COLLSCHED_ALGORITHMS": spec})
