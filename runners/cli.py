@@ -18,7 +18,7 @@ from sim import cli
 
 __all__ = ["TORCH_COMMANDS", "build_parser", "main"]
 
-TORCH_COMMANDS: tuple[str, ...] = ("runners.bench", "runners.demo")
+TORCH_COMMANDS: tuple[str, ...] = ("runners.bench", "runners.demo", "runners.calibrate")
 
 
 def build_parser() -> cli.Parser:

@@ -295,7 +295,8 @@ def parse_algorithms(spec: str, *, where: str = ENV_ALGORITHMS) -> dict[Kind, tu
     return rules
 
 
-_RULE_KEYS = frozenset({"algorithm", "params", "max_bytes", "min_ranks", "max_ranks"})
+_RULE_KEYS = frozenset({"algorithm", "params", "max_bytes", "min_ranks", "max_ranks", "predicted_s"})
+"""``predicted_s`` (what ``collsched tune`` predicted, seconds by size in bytes) is informational: checked, unused."""
 
 
 def _int_field(entry: Mapping[str, Any], key: str, where: str, low: int) -> int | None:
@@ -315,6 +316,10 @@ def _rule(kind: Kind, entry: Any, where: str) -> Rule:
         raise PolicyError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_RULE_KEYS))})")
     if "algorithm" not in entry:
         raise PolicyError(f"{where}: missing key 'algorithm'")
+    predicted = entry.get("predicted_s", {})
+    if not isinstance(predicted, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in predicted.values()):
+        raise PolicyError(f"{where}.predicted_s: must be an object of size -> seconds >= 0")
     params = entry.get("params", {})
     if not isinstance(params, dict):
         raise PolicyError(f"{where}.params: must be an object, got {type(params).__name__}")

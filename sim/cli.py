@@ -333,7 +333,7 @@ def _network_args(p: argparse.ArgumentParser) -> None:
                    help=f"{_SPEC_FORMS}. Links run at 50 GB/s and 1 us unless --bandwidth/--latency say otherwise; "
                         "cluster: 450 GB/s, 0.5 us to the node switch and 50 GB/s, 1 us per NIC; dgx-h100: NCCL's "
                         "effective figures (docs/design.md). A machine file (collsched calibrate) also sets "
-                        "--overhead, --reduce-bw and --launch unless they are given")
+                        "--overhead, --reduce-bw, --launch and --message-cpu unless they are given")
     p.add_argument("--mode", choices=("dataflow", "lockstep"), default="dataflow",
                    help="dataflow: a transfer starts when its dependencies are done (default); "
                         "lockstep: a step starts when the previous one is done")
@@ -343,6 +343,8 @@ def _network_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reduce-bw", metavar="BW", help="reduction throughput per rank, e.g. 100GB/s (default: free)")
     p.add_argument("--launch", metavar="T", help="fixed cost per collective before its first transfer, e.g. 10us "
                                                  "(default 0)")
+    p.add_argument("--message-cpu", metavar="T", help="a rank's processor time per message it sends or receives, "
+                                                      "one at a time, e.g. 20us (default 0)")
     p.add_argument("--link-down", action="append", default=[], metavar="U-V",
                    help="take the cable between nodes U and V down (repeatable)")
     p.add_argument("--degrade", action="append", default=[], metavar="U-V=F",
@@ -405,6 +407,8 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "reduce_bandwidth": parse_bandwidth(args.reduce_bw, "--reduce-bw") if args.reduce_bw is not None
         else machine.reduce_bandwidth,
         "launch": parse_duration(args.launch, "--launch") if args.launch is not None else machine.launch,
+        "message_cpu": parse_duration(args.message_cpu, "--message-cpu") if args.message_cpu is not None
+        else machine.message_cpu,
         "faults": _faults(args),
         "progress": not args.no_progress,
     }

@@ -4,7 +4,8 @@ A *machine file* is a ``collsched.topology/1`` document with two optional
 keys (docs/design.md, "Machine model and calibration"):
 
 - ``"engine"``: the engine parameters, ``{"overhead": s, "reduce_bandwidth":
-  B/s or null, "launch": s}`` (every key optional; see ``EngineParams``);
+  B/s or null, "launch": s, "message_cpu": s}`` (every key optional; see
+  ``EngineParams``);
 - ``"model"``: a free-form object recording how the figures were obtained
   (``collsched calibrate`` writes its measurements, fits and residuals there).
 
@@ -43,7 +44,7 @@ from sim.topology_graph import Topology, TopologyError
 __all__ = ["ENGINE_KEYS", "PRESET_ENGINES", "EngineParams", "Machine", "engine_for", "host", "load", "save",
            "to_dict"]
 
-ENGINE_KEYS = ("overhead", "reduce_bandwidth", "launch")
+ENGINE_KEYS = ("overhead", "reduce_bandwidth", "launch", "message_cpu")
 
 NCCL_RING_SIMPLE_BASE_LATENCY = 8.4e-6
 """NCCL's base latency of the ring algorithm with the Simple protocol: ``baseLat[RING][SIMPLE] = 8.4`` us in
@@ -56,16 +57,18 @@ class EngineParams:
     """The engine parameters of a machine (``sim.engine.simulate``'s keyword arguments of the same names).
 
     ``overhead``: seconds per network message at the endpoints; ``reduce_bandwidth``: bytes/s a rank
-    combines at (None: reductions are free); ``launch``: seconds per collective before its first transfer.
+    combines at (None: reductions are free); ``launch``: seconds per collective before its first transfer;
+    ``message_cpu``: seconds of a rank's processor per message it sends or receives, one at a time.
     The defaults leave the engine as it is without a machine model.
     """
 
     overhead: float = 0.0
     reduce_bandwidth: float | None = None
     launch: float = 0.0
+    message_cpu: float = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("overhead", "launch"):
+        for key in ("overhead", "launch", "message_cpu"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
                 raise TopologyError(f"engine.{key}: must be a finite number of seconds >= 0, got {v!r}")
@@ -76,10 +79,11 @@ class EngineParams:
     def options(self) -> dict[str, Any]:
         """Keyword arguments for ``sim.engine.simulate``."""
         return {"overhead": float(self.overhead), "reduce_bandwidth": self.reduce_bandwidth,
-                "launch": float(self.launch)}
+                "launch": float(self.launch), "message_cpu": float(self.message_cpu)}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"overhead": self.overhead, "reduce_bandwidth": self.reduce_bandwidth, "launch": self.launch}
+        return {"overhead": self.overhead, "reduce_bandwidth": self.reduce_bandwidth, "launch": self.launch,
+                "message_cpu": self.message_cpu}
 
     @classmethod
     def from_dict(cls, doc: object, where: str = "engine") -> EngineParams:
