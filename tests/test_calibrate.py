@@ -1,0 +1,232 @@
+"""collsched calibrate / validate / tune (runners.calibrate).
+
+The fits are checked on synthetic measurements made from hand-chosen parameters (plus noise and outliers)
+with hand-written closed forms; tune's file is loaded by the policy and its choice checked against the
+closed form; the commands run end to end on 2 gloo ranks at tiny sizes (slow, multiprocess)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from algorithms import registry
+from runners import calibrate as C
+from runners.policy import Choice, Policy
+from sim import machine as M
+
+KIB, MIB = 1024, 1 << 20
+SIZES = [8, KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB]
+
+
+def _noisy(values: list[float], seed: int, spread: float = 0.03) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return [v * (1 + spread * float(rng.uniform(-1, 1))) for v in values]
+
+
+# -- fits -------------------------------------------------------------------------------------------------------
+
+
+def test_alpha_beta_fit_recovers_known_parameters_despite_outliers() -> None:
+    alpha, bw = 50e-6, 3e9
+    times = _noisy([alpha + s / bw for s in SIZES], seed=1)
+    times[2] *= 4.0  # a burst of load from elsewhere
+    fit = C.fit_alpha_beta(SIZES, times)
+    assert fit["alpha_s"] == pytest.approx(alpha, rel=0.05)
+    assert fit["bandwidth_Bps"] == pytest.approx(bw, rel=0.05)
+    assert fit["dropped_sizes"] == [4 * KIB] and fit["rms_rel"] < 0.05
+    with pytest.raises(C.CalibrationError):
+        C.fit_alpha_beta([1.0], [1.0])
+
+
+def test_linear_fit_stays_non_negative() -> None:
+    # Times that fall with size would give a negative slope: the fit keeps b >= 0 (a constant).
+    a, b, _ = C.fit_linear([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])
+    assert b == 0.0 and a > 0
+
+
+def test_knee_fit_finds_the_protocol_switch() -> None:
+    below = [20e-6 + s / 8e9 for s in SIZES if s < MIB]
+    above = [200e-6 + s / 2e9 for s in SIZES if s >= MIB]
+    fit = C.fit_knee(SIZES, _noisy(below + above, seed=2, spread=0.01))
+    assert fit["knee_bytes"] == MIB
+    assert fit["below"]["alpha_s"] == pytest.approx(20e-6, rel=0.05)
+    assert fit["above"]["bandwidth_Bps"] == pytest.approx(2e9, rel=0.05)
+
+
+def _record(p: int, alpha: float, bw: float, cap: float, gamma: float, launch: float, cpu: float) -> dict:
+    """A calibration record as measure() returns it, made from hand-chosen parameters.
+
+    Flow patterns by hand (equal sharing, FLOW bytes per flow): k flows out of one rank share its link, and
+    n flows in all share the host link."""
+    flow = 8 * MIB
+    pats = {"one": [(0, 1)], "exchange": [(0, 1), (1, 0)]}
+    by_hand = {"one": alpha + flow / min(bw, cap), "exchange": alpha + flow / min(bw, cap / 2)}
+    if p > 2:
+        pats |= {"out": [(0, r) for r in range(1, p)], "in": [(r, 0) for r in range(1, p)],
+                 "shift": [(r, (r + 1) % p) for r in range(p)]}
+        by_hand |= {"out": alpha + flow / min(bw / (p - 1), cap / (p - 1)),
+                    "in": alpha + flow / min(bw / (p - 1), cap / (p - 1)),
+                    "shift": alpha + flow / min(bw, cap / p)}
+    if p >= 4:
+        pats["pairs"] = [(r, r ^ 1) for r in range(p)]
+        by_hand["pairs"] = alpha + flow / min(bw, cap / p)
+    rsizes = [64 * KIB, MIB, 8 * MIB]
+    reduce_times = {"alone": [2e-6 + s / (2 * gamma) for s in rsizes], "together": [2e-6 + s / gamma for s in rsizes]}
+    pairs = [f"{i}-{j}" for i in range(p) for j in range(i + 1, p)]
+    rec = {"ranks": p, "p2p_sizes": SIZES, "flow_bytes": flow, "reduce_sizes": rsizes, "seconds": 1.0,
+           "p2p": {pair: _noisy([alpha + s / bw for s in SIZES], seed=i) for i, pair in enumerate(pairs)},
+           "flows": by_hand, "patterns": pats, "reduce": {"float32": reduce_times, "int64": reduce_times}}
+    # The runner's runs: what the engine gives with these figures (its launch and message_cpu terms are held
+    # to closed forms in tests/test_machine.py).
+    topo = M.host(p, bandwidth=bw, latency=alpha, host_bandwidth=cap if math.isfinite(cap) else None)
+    rec["runner"] = []
+    for kind, name, chunks in C.RUNNER_CASES:
+        s = registry.build(kind, name, p, root=0 if kind == "broadcast" else None, chunks=chunks)
+        for size in C.RUNNER_SIZES:
+            from sim.engine import simulate
+
+            t = simulate(s, topo, size, reduce_bandwidth=gamma, launch=launch, message_cpu=cpu).time
+            rec["runner"].append({"collective": kind, "algorithm": name, "chunks": chunks, "size": size,
+                                  "time_s": t * (1.01 if len(rec["runner"]) % 2 else 0.99)})
+    return rec
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_machine_fit_recovers_every_parameter(p: int, tmp_path: Path) -> None:
+    alpha, bw, cap, gamma, launch, cpu = 60e-6, 4e9, 3e9, 30e9, 150e-6, 40e-6
+    m = C.fit_machine(_record(p, alpha, bw, cap, gamma, launch, cpu))
+    topo, e = m.topology, m.engine
+    assert topo.ranks == p
+    assert topo.graph.edges["tx", "rx"]["latency"] == pytest.approx(alpha, rel=0.05)
+    assert topo.bandwidth(0, "tx") == pytest.approx(bw, rel=0.05)
+    assert topo.bandwidth("tx", "rx") == pytest.approx(cap, rel=0.05)
+    assert e.reduce_bandwidth == pytest.approx(gamma, rel=0.05)
+    assert e.launch == pytest.approx(launch, rel=0.1)
+    assert e.message_cpu == pytest.approx(cpu, rel=0.1)
+    assert m.model["runner"]["rms_rel"] < 0.03
+    # The machine file round-trips and loads as a topology everywhere.
+    path = tmp_path / "m.json"
+    M.save(m, path)
+    back = M.load(path)
+    assert back.engine == e and back.model == m.model
+
+
+def test_no_host_cap_when_the_flows_do_not_show_one() -> None:
+    rec = _record(4, 60e-6, 4e9, math.inf, 30e9, 0.0, 0.0)
+    fit = C.fit_host_cap(rec, 60e-6, 4e9)
+    assert fit["host_bandwidth_Bps"] is None  # JSON-ready: no cap
+
+
+# -- validate's summary --------------------------------------------------------------------------------------
+
+
+def test_summary_counts_errors_and_predicted_fastest() -> None:
+    def row(alg: str, size: int, measured: float, predicted: float) -> dict:
+        return {"collective": "allgather", "algorithm": alg, "size": size, "measured_s": measured,
+                "predicted_s": predicted, "error": predicted / measured - 1}
+
+    rows = [row("a", 1, 1.0, 1.1), row("b", 1, 2.0, 1.0),   # predicted b, measured a: b is 2x slower: a miss
+            row("a", 2, 1.0, 0.9), row("b", 2, 1.05, 1.0),  # predicted a = measured a: a hit
+            row("a", 3, 1.08, 1.0), row("b", 3, 1.0, 1.2)]  # predicted a, 8% slower than b: within 10%
+    s = C.summarise(rows)
+    errs = sorted([0.1, 0.5, 0.1, 1 / 1.05 - 1, 1 / 1.08 - 1, 0.2], key=abs)
+    assert s["median_abs_error"] == pytest.approx(float(np.percentile([abs(e) for e in errs], 50)))
+    assert s["groups"] == 3
+    assert s["predicted_fastest_is_fastest"] == pytest.approx(1 / 3)
+    assert s["predicted_fastest_within_10pct"] == pytest.approx(2 / 3)
+
+
+# -- tune ----------------------------------------------------------------------------------------------------
+
+
+def test_tune_writes_a_file_the_policy_loads_and_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runners.cli import main
+
+    # Latency-bound host (1 ms a message, bandwidth unlimited in practice): the fewest steps win. allgather on
+    # 4 ranks: direct takes 1 step (α), recursive doubling 2, ring 3; the simulated time is α = 1 ms.
+    m = M.Machine(M.host(4, bandwidth=1e18, latency=1e-3))
+    mpath, out = tmp_path / "m.json", tmp_path / "tuning.json"
+    M.save(m, mpath)
+    assert main(["tune", "--machine", str(mpath), "--sizes", "1KiB:1MiB:4", "-o", str(out)]) == 0
+    capsys.readouterr()
+    doc = json.loads(out.read_text())
+    (rule,) = doc["rules"]["allgather"]
+    assert rule["algorithm"] == "direct" and rule["min_ranks"] == rule["max_ranks"] == 4
+    assert all(t == pytest.approx(1e-3) for t in rule["predicted_s"].values())
+    policy = Policy.from_env({}, tuning=out)
+    assert policy.choose("allgather", 4 * KIB, 4) == Choice("direct")
+    assert policy.choose("allgather", 4 * KIB, 3) == Policy.defaults().choose("allgather", 4 * KIB, 3)
+    # reducescatter: direct is 1 step too, and ring's 3 steps never win.
+    assert {r["algorithm"] for r in doc["rules"]["reducescatter"]} == {"direct"}
+
+
+def test_tune_resizes_a_calibrated_host(tmp_path: Path) -> None:
+    m = M.Machine(M.host(2, bandwidth=2e9, latency=50e-6, host_bandwidth=3e9), M.EngineParams(launch=1e-4))
+    path = tmp_path / "m.json"
+    M.save(m, path)
+    m4 = C.load_machine(str(path), 4)
+    assert m4.topology.ranks == 4 and m4.engine == m.engine
+    assert m4.topology.bandwidth("tx", "rx") == 3e9 and m4.topology.bandwidth(3, "tx") == 2e9
+    other = tmp_path / "ring.json"
+    M.save(M.Machine(__import__("sim.topology", fromlist=["ring"]).ring(2)), other)
+    with pytest.raises(C.CalibrationError, match="not a calibrated host"):
+        C.load_machine(str(other), 4)
+
+
+def test_commands_reject_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runners.cli import main
+
+    assert main(["tune", "--machine", str(tmp_path / "missing.json"), "--json"]) == 2
+    assert "cannot read" in json.loads(capsys.readouterr().out)["error"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**M.to_dict(M.Machine(M.host(2, bandwidth=1e9, latency=1e-6))),
+                               "engine": {"launch": -1}}))
+    assert main(["validate", "--machine", str(bad), "--nproc", "2"]) == 2
+    assert "topology.engine.launch" in capsys.readouterr().err
+    assert main(["calibrate", "--nproc", "1", "--out", str(tmp_path / "x.json")]) == 2
+    assert "--nproc must be >= 2" in capsys.readouterr().err
+
+
+# -- end to end on 2 gloo ranks ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_calibrate_validate_tune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runners.cli import main
+    from sim.cli import main as sim_main
+
+    mpath = tmp_path / "machine.json"
+    assert main(["calibrate", "--nproc", "2", "--out", str(mpath), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    m = M.load(mpath)
+    assert out["engine"] == m.engine.to_dict() and m.topology.ranks == 2
+    assert set(m.model) >= {"p2p", "flows", "reduce", "runner"}
+    assert 1e-7 < m.topology.graph.edges["tx", "rx"]["latency"] < 0.1  # α of gloo over loopback: us to ms
+    assert m.engine.reduce_bandwidth is not None and m.engine.reduce_bandwidth > 1e7
+    # the machine file is a topology for simulate
+    assert sim_main(["simulate", "-c", "allreduce", "-a", "ring", "-t", str(mpath), "--size", "1MiB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_s"] > m.engine.launch
+
+    plot = tmp_path / "v.png"
+    assert main(["validate", "--machine", str(mpath), "--nproc", "2", "--sizes", "4KiB,16KiB", "--collectives",
+                 "allgather,broadcast", "--launches", "1", "--iters", "1", "--warmup", "0", "--plot", str(plot),
+                 "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    names = {(r["collective"], r["algorithm"]) for r in v["rows"]}
+    assert names == {("allgather", a) for a in C.algorithms_for("allgather", 2)} | \
+        {("broadcast", a) for a in C.algorithms_for("broadcast", 2)}
+    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in v["rows"])
+    assert v["summary"]["points"] == len(v["rows"]) == 2 * len(names)
+    assert plot.stat().st_size > 1000
+
+    tpath = tmp_path / "t.json"
+    assert main(["tune", "--machine", str(mpath), "--nproc", "2", "--nproc", "4", "-o", str(tpath)]) == 0
+    policy = Policy.from_env({}, tuning=tpath)
+    doc = json.loads(tpath.read_text())
+    first = doc["rules"]["allreduce"][0]
+    assert policy.choose("allreduce", 1024, 2).algorithm == first["algorithm"]
