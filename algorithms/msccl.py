@@ -722,6 +722,18 @@ def to_schedule(program: Program, *, inplace: bool | None = None, allow_custom: 
     if sz.kind is None and not allow_custom:
         raise ScheduleError("algo: coll='custom' has no postcondition, so it cannot be verified or run as a "
                             "collective (simulate it: collsched simulate imports it for timing only)")
+    gr, mapper, temp_next, _done, _gate = _build(program, sz, inplace)
+    lev = _Leveler(gr, program, mapper, temp_next)
+    lev.run()
+    schedule = lev.assemble(name or program.name)
+    if order is not None:
+        order.extend(lev.thread_block_order())
+    return schedule
+
+
+def _build(program: Program, sz: _Sizes, inplace: bool | None
+           ) -> tuple[_Graph, _Mapper, list[int], dict[_StepRef, int], dict[_StepRef, int]]:
+    """The happens-before graph of a program: nodes, transfers, each step's completion and gate node."""
     mode = _mode(program, sz, inplace)
     scratch = max([0] + [g.s_chunks for g in program.gpus.values()])
     mapper = _Mapper(sz, mode, scratch)
@@ -835,12 +847,7 @@ def to_schedule(program: Program, *, inplace: bool | None = None, allow_custom: 
             else:
                 gr.after[(gnode, u)] = _after(gr.trans[u], writes, st.type in ("rrc", "rrcs", "re"))
 
-    lev = _Leveler(gr, program, mapper, temp_next)
-    lev.run()
-    schedule = lev.assemble(name or program.name)
-    if order is not None:
-        order.extend(lev.thread_block_order())
-    return schedule
+    return gr, mapper, temp_next, done, gate
 
 
 _BUFCODE = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
