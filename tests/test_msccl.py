@@ -97,6 +97,7 @@ def test_corpus_verdicts_agree_with_sources(name: str) -> None:
             load_msccl(path)
         s = load_msccl(path, allow_custom=True)
         assert s.name.startswith("custom:") and s.num_transfers > 0
+        assert [f for f in check_msccl(path) if f.severity == "error"] == []  # it runs to completion
         return
     s = load_msccl(path)
     report = verify(s)
@@ -497,6 +498,22 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         load_msccl(bad)
     with pytest.raises(ScheduleError, match=re.escape(str(bad))):
         fileformat.load(bad)
+
+
+def test_check_finds_unordered_steps_of_one_gpu() -> None:
+    # gpu 0 forwards what it receives into s0 to gpu 2 (allreduce of 3, through scratch). Without a wait
+    # the send may read s0 before the receive wrote it: a race the runtime would show as wrong results.
+    def prog(wait: str) -> str:
+        return _xml(3, 1, {
+            0: [(-1, 1, ["r i0 s0 1"]), (2, -1, [f"s s0 s0 1{wait}"])],
+            1: [(0, -1, ["s i0 i0 1"])],
+            2: [(-1, 0, ["r i0 s1 1"])],
+        })
+    findings = check_msccl(prog(""))
+    assert [f.kind for f in findings] == ["race"]
+    assert "gpu 0 tb 0 step 0 (r" in findings[0].message and "gpu 0 tb 1 step 0 (s" in findings[0].message
+    assert "s[0] of gpu 0" in findings[0].message
+    assert check_msccl(prog(" 0 0 0")) == []  # the send waits for tb 0's receive: ordered
 
 
 def test_check_flags_what_the_executor_rejects() -> None:
