@@ -36,6 +36,8 @@ __all__ = ["Algorithm", "Cost", "Parameter", "register", "get", "algorithms", "b
 
 ENTRY_POINT_GROUP = "collsched.algorithms"
 ENV_IMPORT = "COLLSCHED_IMPORT"
+ON_DEMAND: dict[str, str] = {"synth": "algorithms.synth"}
+"""Algorithms ``get`` imports the first time they are named (they register with ``listed=False``)."""
 
 Builder = Callable[..., Schedule]
 
@@ -76,10 +78,11 @@ class Cost:
 
 @dataclass(frozen=True)
 class Parameter:
-    """An integer parameter of an algorithm."""
+    """A parameter of an algorithm: an integer (at least ``minimum``), or, when ``default`` is a
+    string, a text such as a topology SPEC (the synthesizer's ``topology``)."""
 
     name: str
-    default: int
+    default: int | str
     help: str
     minimum: int = 1
 
@@ -99,6 +102,9 @@ class Algorithm:
     parameters: tuple[Parameter, ...] = (CHUNKS,)
     cost: Cost | None = None
     check: Callable[[int, Mapping[str, int]], str | None] | None = field(default=None, repr=False)
+    listed: bool = True
+    """False for algorithms that ``get`` serves by name but ``algorithms()`` does not list (the
+    topology-aware synthesizer: it has no closed-form cost, and building it costs a packing)."""
 
     def unsupported(self, ranks: int, params: Mapping[str, int] | None = None) -> str | None:
         """Why this algorithm cannot serve ``ranks`` with ``params``, or None when it can."""
@@ -106,7 +112,7 @@ class Algorithm:
             return None
         return self.check(ranks, self.resolve(params or {}))
 
-    def resolve(self, params: Mapping[str, int]) -> dict[str, int]:
+    def resolve(self, params: Mapping[str, int | str]) -> dict[str, Any]:
         """Parameters with defaults filled in, each checked; unknown names are an error."""
         known = {p.name: p for p in self.parameters}
         for name in params:
@@ -115,9 +121,14 @@ class Algorithm:
                     f"{self.kind}/{self.name}: unknown parameter {name!r} "
                     f"(known: {', '.join(known) or 'none'})"
                 )
-        out: dict[str, int] = {}
+        out: dict[str, Any] = {}
         for p in self.parameters:
             value = params.get(p.name, p.default)
+            if isinstance(p.default, str):
+                if not isinstance(value, str):
+                    raise RegistryError(f"{self.kind}/{self.name}: {p.name} must be a text, got {value!r}")
+                out[p.name] = value
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < p.minimum:
                 raise RegistryError(
                     f"{self.kind}/{self.name}: {p.name} must be an integer >= {p.minimum}, got {value!r}"
@@ -125,7 +136,7 @@ class Algorithm:
             out[p.name] = value
         return out
 
-    def build(self, ranks: int, *, root: int | None = None, **params: int) -> Schedule:
+    def build(self, ranks: int, *, root: int | None = None, **params: int | str) -> Schedule:
         """Build the schedule for ``ranks`` ranks; rooted kinds default to root 0."""
         if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
             raise RegistryError(f"ranks must be an integer >= 1, got {ranks!r}")
@@ -170,14 +181,15 @@ def register(
     parameters: tuple[Parameter, ...] = (CHUNKS,),
     cost: Cost | None = None,
     check: Callable[[int, Mapping[str, int]], str | None] | None = None,
+    listed: bool = True,
 ) -> Callable[[Builder], Builder]:
-    """Decorator: register a builder as ``kind``/``name``."""
+    """Decorator: register a builder as ``kind``/``name`` (``listed=False``: by name only)."""
 
     def wrap(builder: Builder) -> Builder:
         key = (Kind(kind), name)
         if key in _REGISTRY:
             raise RegistryError(f"{kind}/{name} is registered twice")
-        _REGISTRY[key] = Algorithm(Kind(kind), name, builder, source, constraints, parameters, cost, check)
+        _REGISTRY[key] = Algorithm(Kind(kind), name, builder, source, constraints, parameters, cost, check, listed)
         return builder
 
     return wrap
@@ -247,6 +259,8 @@ def get(kind: Kind | str, name: str) -> Algorithm:
     """The registered algorithm, or a RegistryError listing the ones that exist for that kind."""
     load_plugins()
     k = _kind(kind)
+    if (k, name) not in _REGISTRY and name in ON_DEMAND:
+        import_modules([ON_DEMAND[name]], where=f"algorithm {name!r}")
     try:
         return _REGISTRY[(k, name)]
     except KeyError:
@@ -263,7 +277,7 @@ def algorithms(kind: Kind | str | None = None) -> Iterator[Algorithm]:
     order = {k: i for i, k in enumerate(Kind)}
     k = None if kind is None else _kind(kind)
     for key in sorted(_REGISTRY, key=lambda kn: (order[kn[0]], kn[1])):
-        if k is None or key[0] is k:
+        if (k is None or key[0] is k) and _REGISTRY[key].listed:
             yield _REGISTRY[key]
 
 

@@ -100,6 +100,15 @@ class Bound:
         """The bound: the larger of the bandwidth and latency terms."""
         return max(self.bandwidth_s, self.latency_s)
 
+    def scaled(self, size: float) -> Bound:
+        """The same bound for another size: the bandwidth term is linear in the size, the latency
+        term does not depend on it (so a sweep computes the cuts once)."""
+        if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
+            raise BoundError(f"size must be a finite number of bytes >= 0, got {size!r}")
+        bw = self.bandwidth * Fraction(size) / Fraction(self.size) if self.size else Fraction(0)
+        ref = None if self.reference_s is None or not self.size else self.reference_s * size / self.size
+        return Bound(self.kind, size, bw, self.latency_s, self.cut, self.root, ref)
+
     def efficiency(self, time_s: float) -> float:
         """bound / time: 1.0 means the run reached the bound (inf for a run that took no time)."""
         if time_s <= 0:

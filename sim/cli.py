@@ -9,6 +9,13 @@
                        [--placement identity|snake|FILE] [--trace F.json] [--plot F.png] [--json]
     collsched sweep --collective K --topology SPEC --sizes 1KiB:1GiB [--file F ...] [--placement P]
                     [--plot F.png] [--json]
+    collsched bound --collective K --topology SPEC --size 1GiB [--root R] [--json]
+    collsched synthesize --collective K --topology SPEC [--root R] [--chunks k] -o F.json [--json]
+
+``simulate`` and ``sweep`` print each result's efficiency, the lower bound of
+``sim.bounds`` over the simulated time; ``bound`` and ``synthesize`` live in
+``sim.cli_bounds``, and ``-a synth --param topology=SPEC`` names the
+synthesizer wherever an algorithm is named (``algorithms.synth``).
 
 ``--placement`` puts rank r on topology node placement[r] (``sim.placement``);
 ``simulate`` says which pairs of ranks that exchange data sit more than one
@@ -84,14 +91,16 @@ def add_common_args(parser: argparse.ArgumentParser, *, json_help: str = "print 
     parser.add_argument("--json", action="store_true", help=json_help)
 
 
-def _param(text: str) -> tuple[str, int]:
+def _param(text: str) -> tuple[str, int | str]:
+    """NAME=VALUE: an integer when VALUE reads as one, else the text (``topology=cluster:2x8``);
+    the algorithm's parameter says which it takes (``registry.Algorithm.resolve``)."""
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
     try:
         return name, int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{name}: expected an integer, got {value!r}") from None
+        return name, value
 
 
 def add_schedule_args(parser: argparse.ArgumentParser, *, ranks: bool = True, file: bool = True) -> None:
@@ -457,10 +466,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from sim.placement import stretched_pairs
 
     stretched = stretched_pairs(schedule, topo)
+    from sim.cli_bounds import bound_for
+
+    b = None if schedule.name.startswith("custom:") else bound_for(
+        schedule.collective.kind, schedule.collective.root, topo, size, opts["faults"])
+    eff = {"bound_s": b.bound_s, "efficiency": b.efficiency(result.time)} if b is not None else {}
     if args.json:
-        print(json.dumps({**result.to_dict(), "wall_s": wall, "stretched_pairs": [list(t) for t in stretched]}))
+        print(json.dumps({**result.to_dict(), "wall_s": wall, "stretched_pairs": [list(t) for t in stretched], **eff}))
     else:
         _print_result(result, schedule, wall, args)
+        if b is not None:
+            print(f"  bound      {_human_time(b.bound_s)} (`collsched bound`), efficiency "
+                  f"{100 * b.efficiency(result.time):.1f}%")
         _print_stretched(stretched, topo, args.placement)
     if schedule.name.startswith("custom:"):  # an MSCCL-IR custom program: timing only, no postcondition
         return 0
@@ -557,13 +574,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"no {args.collective} algorithm serves {p} ranks")
     rows: list[dict[str, Any]] = []
     all_ok = True
+    from sim.cli_bounds import bound_for
+
+    root = schedules[0][1].collective.root
+    unit = bound_for(Kind(args.collective), root, topo, 1.0, opts["faults"])  # cuts once, scaled per size
     with bar(len(sizes) * len(schedules), unit="run", enabled=not args.no_progress) as progress:
         for size in sizes:
+            b = unit.scaled(size) if unit is not None else None
             for label, s in schedules:
                 r = simulate(s, topo, size, **opts)
                 all_ok &= r.ok
                 rows.append({"algorithm": label, "size": size, "time_s": r.time, "algbw_GBps": _gb(r.algbw),
-                             "busbw_GBps": _gb(r.busbw), "ok": r.ok})
+                             "busbw_GBps": _gb(r.busbw), "ok": r.ok,
+                             "bound_s": b.bound_s if b is not None else None,
+                             "efficiency": b.efficiency(r.time) if b is not None else None})
                 progress.update(1)
     names = [label for label, _ in schedules]
     best = {size: min((r for r in rows if r["size"] == size), key=lambda r: r["time_s"])["algorithm"]
@@ -585,7 +609,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _print_sweep(rows: Sequence[dict[str, Any]], sizes: Sequence[float], names: Sequence[str],
                  best: dict[float, str], kind: str, where: str) -> None:
-    print(f"{kind} on {where}: time per algorithm (* = fastest); busbw of the fastest")
+    print(f"{kind} on {where}: time per algorithm (* = fastest; in brackets, efficiency = bound / time, "
+          "see `collsched bound`); busbw of the fastest")
     by = {(r["algorithm"], r["size"]): r for r in rows}
     head = ["size", *names, "best busbw GB/s"]
     table = [head]
@@ -595,7 +620,8 @@ def _print_sweep(rows: Sequence[dict[str, Any]], sizes: Sequence[float], names: 
             r = by[(name, size)]
             mark = "*" if best[size] == name else " "
             bad = "" if r["ok"] else " !"
-            line.append(f"{_human_time(r['time_s'])}{mark}{bad}")
+            eff = f" ({100 * r['efficiency']:.0f}%)" if r["efficiency"] is not None else ""
+            line.append(f"{_human_time(r['time_s'])}{mark}{eff}{bad}")
         bb = by[(best[size], size)]["busbw_GBps"]
         line.append(f"{bb:.3f}" if bb is not None else "-")
         table.append(line)
@@ -632,6 +658,9 @@ def build_parser(extensions: Sequence[str] = ()) -> Parser:
     add_common_args(p, json_help='print {"ok", "input", "output", "name", "steps", "transfers"}')
     p.set_defaults(func=_cmd_convert)
     _add_sim_parsers(sub)
+    from sim import cli_bounds  # bound, synthesize (imports nothing heavy until they run)
+
+    cli_bounds.add_parser(sub)
     for name in extensions:
         importlib.import_module(name).add_parser(sub)
     return parser

@@ -182,6 +182,8 @@ def schedules(
         p = draw(st.integers(ok[0], ok[-1]) if len(ok) == ok[-1] - ok[0] + 1 else st.sampled_from(ok))
         params: dict[str, int] = {}
         for prm in algo.parameters:
+            if isinstance(prm.default, str):
+                continue  # a text parameter (the synthesizer's topology) keeps its default
             if prm.name == "chunks":
                 hi = max_chunks
             else:

@@ -71,7 +71,7 @@ def default_chunks(kind: Kind | str, ranks: int) -> int:
     on small worlds, about N²·chunks transfers kept near half a million on large ones."""
     kind = Kind(kind)
     if kind in (Kind.BROADCAST, Kind.REDUCE):
-        return 128
+        return 1024  # one root: cheap in transfers, and small chunks drain deep trees sooner
     return max(8, min(128, 2048 // max(ranks, 1)))
 
 

@@ -135,3 +135,84 @@ def test_errors() -> None:
         synthesize("allgather", t, root=1)
     with pytest.raises(SynthesisError, match="chunks must be an integer >= 1"):
         synthesize("allgather", t, chunks=0)
+
+
+# -- registry and command line --------------------------------------------------------------------
+
+def _cli(*argv: str) -> tuple[int, str]:
+    import io
+    from contextlib import redirect_stdout
+
+    from sim.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(list(argv))
+    return code, out.getvalue()
+
+
+def test_registry_serves_synth_by_name_but_does_not_list_it() -> None:
+    a = registry.get(Kind.ALLGATHER, "synth")
+    s = a.build(16, chunks=2, topology="cluster:2x8")
+    assert s.name == "synth" and s.collective.chunks == 2 and verify(s).ok
+    assert "synth" not in {x.name for x in registry.algorithms()}
+    assert registry.get(Kind.BROADCAST, "synth").build(5, root=3).collective.root == 3  # default: one switch
+    with pytest.raises(registry.RegistryError, match="has 5 ranks, not 4"):
+        a.build(4, topology="ring:5")
+    with pytest.raises(registry.RegistryError, match="topology must be a text"):
+        a.build(4, topology=3)
+
+
+def test_cli_bound_json_is_the_hand_answer() -> None:
+    import json
+
+    code, out = _cli("bound", "-c", "allgather", "-t", "cluster:2x8", "-s", "1GiB", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["ok"]
+    assert d["bound_s"] == pytest.approx(2**30 / 16 * 15 / 500e9, rel=1e-12)
+    assert d["latency_s"] == pytest.approx(2e-6) and d["bandwidth_s"] == d["bound_s"]
+    assert sorted(x for x in d["cut"] if isinstance(x, int)) != list(range(16))  # leaves one rank out
+    code, out = _cli("bound", "-c", "broadcast", "-t", "ring:4", "-s", "1", "-r", "7", "--json")
+    assert code == 2 and "root 7 out of range" in json.loads(out)["error"]
+    code, out = _cli("bound", "-c", "allreduce", "-t", "ring:4", "-s", "1MiB")
+    assert code == 0 and "cut" in out and "reference" in out
+
+
+def test_cli_synthesize_writes_a_schedule_that_loads_and_verifies(tmp_path: pytest.TempPathFactory) -> None:
+    import json
+
+    from algorithms import fileformat
+
+    path = str(tmp_path / "ag.json")  # type: ignore[operator]
+    code, out = _cli("synthesize", "-c", "allgather", "-t", "torus:2x3", "-k", "3", "-o", path, "-s", "64MiB",
+                     "--json")
+    d = json.loads(out)
+    assert code == 0 and d["ok"] and d["verified"]
+    s = fileformat.load(path)
+    assert s.collective.chunks == 3 and s.num_transfers == d["transfers"] and verify(s).ok
+    t = torus(2, 3)
+    assert d["time_s"] == pytest.approx(simulate(s, t, 2**26).time)
+    assert d["bound_s"] == pytest.approx(2**26 / 6 * 5 / (3 * 50e9))  # 5 pieces over 3 links in
+    assert d["efficiency"] == pytest.approx(d["bound_s"] / d["time_s"])
+    code, out = _cli("synthesize", "-c", "alltoall", "-t", "ring:4", "-o", path)
+    assert code == 2
+
+
+def test_cli_simulate_and_sweep_print_efficiency() -> None:
+    import json
+
+    code, out = _cli("simulate", "-c", "allgather", "-a", "ring", "-t", "ring:8", "-s", "1GiB", "--json")
+    d = json.loads(out)
+    want = 2**30 / 8 * 7 / (2 * 50e9)
+    assert code == 0 and d["bound_s"] == pytest.approx(want) and d["efficiency"] == pytest.approx(want / d["time_s"])
+    code, out = _cli("simulate", "-c", "allgather", "-a", "synth", "--param", "topology=ring:8", "-t", "ring:8",
+                     "-s", "1GiB")
+    assert code == 0 and "efficiency" in out
+    code, out = _cli("sweep", "-c", "allgather", "-t", "ring:8", "--sizes", "1MiB:2MiB", "--no-progress", "--json")
+    rows = json.loads(out)["results"]
+    assert code == 0 and all(r["efficiency"] == pytest.approx(r["bound_s"] / r["time_s"]) for r in rows)
+    assert all(0 < r["efficiency"] <= 1 for r in rows)
+    code, out = _cli("sweep", "-c", "scatter", "-t", "ring:4", "--sizes", "1MiB:1MiB", "--no-progress", "--json")
+    assert code == 0 and all(r["efficiency"] is None for r in json.loads(out)["results"])
+    code, out = _cli("verify", "-c", "allreduce", "-a", "ring", "-p", "4", "--param", "chunks=x", "--json")
+    assert code == 2 and "chunks must be an integer" in json.loads(out)["error"]

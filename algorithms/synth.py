@@ -1,0 +1,41 @@
+"""The topology-aware synthesizer as a registered algorithm: ``-a synth --param topology=SPEC``.
+
+``registry.get(kind, "synth")`` imports this module on first use (``registry.ON_DEMAND``); it
+registers with ``listed=False``, so ``collsched list`` and ``registry.algorithms()`` leave it
+out: it has no closed-form cost, and each build runs a packing (``sim.synth``). The topology is
+a SPEC as ``--topology`` takes (``ring:8``, ``cluster:2x8``, a topology file); empty means a
+single switch of the requested ranks. Building imports ``sim`` (numpy, networkx), never torch.
+"""
+
+from __future__ import annotations
+
+from algorithms.errors import RegistryError
+from algorithms.ir import ROOTED_KINDS, Kind, Schedule
+from algorithms.registry import CHUNKS, Parameter, register
+
+__all__ = ["TOPOLOGY", "build"]
+
+TOPOLOGY = Parameter("topology", "", "topology SPEC the schedule is packed onto (default: one switch)")
+SOURCE = "collsched sim.synth: spanning-tree packing after ForestColl (arXiv 2402.06787), greedy, pipelined"
+
+
+def build(kind: Kind, ranks: int, *, chunks: int = 1, root: int | None = None, topology: str = "") -> Schedule:
+    """``sim.synth.synthesize`` on the named topology, which must have ``ranks`` ranks."""
+    from sim.synth import synthesize
+    from sim.topology import from_spec, single_switch
+
+    topo = from_spec(topology) if topology else single_switch(ranks)
+    if topo.ranks != ranks:
+        raise RegistryError(f"{kind}/synth: topology {topology!r} has {topo.ranks} ranks, not {ranks}")
+    return synthesize(kind, topo, root=root if kind in ROOTED_KINDS else None, chunks=chunks)
+
+
+def _register(kind: Kind) -> None:
+    @register(kind, "synth", source=SOURCE, parameters=(CHUNKS, TOPOLOGY), listed=False,
+              constraints=("topology (if given) has exactly p ranks",))
+    def _synth(ranks: int, *, chunks: int = 1, root: int | None = None, topology: str = "") -> Schedule:
+        return build(kind, ranks, chunks=chunks, root=root, topology=topology)
+
+
+for _kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE):
+    _register(_kind)
