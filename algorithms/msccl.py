@@ -1146,6 +1146,9 @@ MAX_STEPS_EXECUTOR = 64
 """MSCCL_MAX_NUM_STEPS in the MSCCL executor for NCCL (a build-time constant)."""
 MAX_STEPS_ANY = 256
 """The old runtime's (and RCCL's) limit on steps per thread block."""
+RACE_CHECK_CELLS = 20_000_000
+"""The race check keeps a clock of every thread block per happens-before node (2 bytes each); above this
+many it is skipped with a warning (the largest corpus file needs about 16 M)."""
 
 
 @dataclass(frozen=True)
@@ -1316,6 +1319,11 @@ def _races(program: Program, gr: _Graph, mapper: _Mapper, done: dict[_StepRef, i
     keys = [(g.id, t.id) for g in sorted(program.gpus.values(), key=lambda g: g.id) for t in g.tbs]
     ix = {k: i for i, k in enumerate(keys)}
     n = len(gr.preds)
+    if n * len(keys) > RACE_CHECK_CELLS:
+        return [Finding("race", f"race check skipped: {n} happens-before nodes x {len(keys)} thread blocks is over "
+                        f"the budget of {RACE_CHECK_CELLS} clock entries", WARNING)]
+    longest = max((len(t.steps) for g in program.gpus.values() for t in g.tbs), default=0)
+    dtype = np.int16 if longest < 1 << 15 else np.int32
     completes: dict[int, list[tuple[int, int]]] = {}
     for ref, v in done.items():
         completes.setdefault(v, []).append((ix[(ref[0], ref[1])], ref[2]))
@@ -1326,7 +1334,7 @@ def _races(program: Program, gr: _Graph, mapper: _Mapper, done: dict[_StepRef, i
             succ[u].append(v)
     queue = deque(v for v in range(n) if indeg[v] == 0)
     rank = [0] * n
-    vc = np.full((n, max(1, len(keys))), -1, dtype=np.int32)
+    vc = np.full((n, max(1, len(keys))), -1, dtype=dtype)
     seen = 0
     while queue:
         v = queue.popleft()
