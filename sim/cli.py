@@ -4,6 +4,8 @@
     collsched verify --collective K --algorithm A --ranks P [--chunks k] [--root R] [--json]
     collsched verify --file F [--json]
     collsched export --collective K --algorithm A --ranks P [--chunks k] [--root R] -o F [--json]
+                     [--format json|msccl] [--proto Simple|LL|LL128] [--min-bytes S] [--max-bytes S]
+    collsched convert IN OUT [--format json|msccl] [--proto ...] [--json]
     collsched simulate --collective K --algorithm A --topology SPEC --size 256MiB [--chunks C]
                        [--mode dataflow|lockstep] [--bandwidth 50GB/s] [--latency 1us]
                        [--placement identity|snake|FILE] [--trace F.json] [--plot F.png] [--json]
@@ -16,6 +18,11 @@
 ``sim.bounds`` over the simulated time; ``bound`` and ``synthesize`` live in
 ``sim.cli_bounds``, and ``-a synth --param topology=SPEC`` names the
 synthesizer wherever an algorithm is named (``algorithms.synth``).
+
+A schedule file (``--file``, ``convert``'s IN) is collsched.schedule/1 JSON or
+MSCCL-IR XML (``algorithms.msccl``); ``verify`` also runs the MSCCL-IR
+executability check on XML, ``export``/``convert`` write XML for a ``.xml``
+name or ``--format msccl``.
 
 ``--placement`` puts rank r on topology node placement[r] (``sim.placement``);
 ``simulate`` says which pairs of ranks that exchange data sit more than one
