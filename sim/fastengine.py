@@ -22,13 +22,14 @@ lands last; this engine keeps program order (the verifier reports the race).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from algorithms.ir import Kind, Schedule
+from algorithms.ir import Schedule
 from sim.topology import Topology
 
 __all__ = ["run_fast", "dataflow_arrays", "slot_columns"]
@@ -188,52 +189,119 @@ def _max_min(e_flow: np.ndarray, e_link: np.ndarray, nflows: int, caps: np.ndarr
     return rates
 
 
+class _Plan:
+    """What the model needs of each transfer, kept compact (int32 columns, per-pair routes), computed on demand.
+
+    Pair 0 is "no network" (a local transfer); every distinct remote (src, dst)
+    pair gets an id, its route as CSR over link ids, its latency and its
+    bottleneck bandwidth. Link ids from ``nl`` on are the ranks' reducers.
+    """
+
+    def __init__(self, schedule: Schedule, topology: Topology, overhead: float, reduce_bandwidth: float | None,
+                 stragglers: Mapping[int, float], chunk: float) -> None:
+        cols = schedule.columns()
+        p = schedule.ranks
+        self.p = p
+        self.src, self.dst, self.count = cols.src, cols.dst, cols.count
+        self.red = cols.op == 1
+        self.offsets = cols.step_offsets
+        self.n = len(self.src)
+        self.chunk = chunk
+        self.overhead = overhead
+        self.slow = np.zeros(p)
+        for r, d in stragglers.items():
+            if d:
+                self.slow[r] = float(d)
+        self.any_slow = bool(self.slow.any())
+        self.reduce_bandwidth = reduce_bandwidth
+        nl = len(topology.links)
+        self.nl = nl
+        self.caps = np.array(topology.link_bandwidths() + [float(reduce_bandwidth or 1.0)] * p)
+        # Pair ids without sorting n keys where a dense p x p table fits.
+        remote = self.src != self.dst
+        if p * p <= 1 << 26:
+            key = self.src.astype(np.int64) * p + self.dst
+            used = np.zeros(p * p, dtype=bool)
+            used[key[remote]] = True
+            keys = np.flatnonzero(used)
+            table = np.zeros(p * p, dtype=np.int32)
+            table[keys] = np.arange(1, len(keys) + 1, dtype=np.int32)
+            self.pair_of = np.where(remote, table[key], 0).astype(np.int32)
+            del key, used, table
+        else:
+            key = np.where(remote, self.src.astype(np.int64) * p + self.dst, -1)
+            keys, inv = np.unique(key, return_inverse=True)
+            if len(keys) and keys[0] == -1:
+                keys = keys[1:]
+            else:
+                inv = inv + 1
+            self.pair_of = inv.astype(np.int32)
+            del key, inv
+        pairs = [(int(k) // p, int(k) % p) for k in keys.tolist()]
+        routes = topology.route_links_many(pairs)
+        m = len(pairs) + 1
+        route_len = np.zeros(m, dtype=np.int64)
+        self.pair_lat = np.zeros(m)
+        flat: list[int] = []
+        for i, pr in enumerate(pairs, start=1):
+            links, latency = routes[pr]
+            route_len[i] = len(links)
+            self.pair_lat[i] = latency
+            flat.extend(links)
+        self.route_ptr = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(route_len, out=self.route_ptr[1:])
+        self.route_links = np.array(flat, dtype=np.int64)
+        self.route_len = route_len
+        self.pair_bw = np.full(m, math.inf)
+        if len(flat):
+            has = route_len > 0
+            self.pair_bw[has] = np.minimum.reduceat(self.caps[self.route_links], self.route_ptr[:-1][has])
+
+    def nbytes(self, ids: np.ndarray) -> np.ndarray:
+        return self.count[ids] * self.chunk
+
+    def pre(self, ids: np.ndarray) -> np.ndarray:
+        """Straggler delays (source, and destination when remote), plus the overhead when remote: engine order."""
+        src, dst = self.src[ids], self.dst[ids]
+        remote = src != dst
+        if self.any_slow:
+            pre = self.slow[src] + np.where(remote, self.slow[dst], 0.0)
+        else:
+            pre = np.zeros(len(ids))
+        return np.where(remote, pre + self.overhead, pre) if self.overhead else pre
+
+    def post(self, ids: np.ndarray) -> np.ndarray:
+        return self.pair_lat[self.pair_of[ids]]
+
+    def has_flow(self, ids: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        return (self.route_len[self.pair_of[ids]] > 0) & (nbytes > 0)
+
+    def reducer(self, ids: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        if self.reduce_bandwidth is None:
+            return np.full(len(ids), -1, dtype=np.int64)
+        return np.where(self.red[ids] & (nbytes > 0), self.nl + self.dst[ids].astype(np.int64), -1)
+
+    def links(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Route link ids of ``ids`` concatenated, and how many each has."""
+        pr = self.pair_of[ids]
+        lo, hi = self.route_ptr[pr], self.route_ptr[pr + 1]
+        _o, e = _ranges(lo, hi)
+        return self.route_links[e], hi - lo
+
+
 class _Fluid:
     """One run: per-transfer arrays, a heap of timer batches, and the active flows as arrays."""
 
-    def __init__(self, schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
-                 reduce_bandwidth: float | None, stragglers: Mapping[int, float], chunk: float) -> None:
+    def __init__(self, schedule: Schedule, plan: _Plan, mode: str) -> None:
         self.schedule = schedule
         self.mode = mode
-        src, dst, _ss, _ds, count, red, offsets = slot_columns(schedule)
-        self.offsets = offsets
-        n = len(count)
+        self.plan = plan
+        self.offsets = plan.offsets
+        n = plan.n
         self.n = n
-        p = schedule.ranks
-        nbytes = count * chunk
-        self.nbytes = nbytes
-        slow = np.zeros(p)
-        for r, d in stragglers.items():
-            if d:
-                slow[r] = float(d)
-        remote = src != dst
-        pre = slow[src] + np.where(remote, slow[dst], 0.0)
-        pre = np.where(remote, pre + overhead, pre)
-        # Routes of the distinct remote pairs, as CSR over link ids.
-        pair_key = src * p + dst
-        upairs, pair_of = np.unique(np.where(remote, pair_key, -1), return_inverse=True)
-        routes = topology.route_links_many((int(k) // p, int(k) % p) for k in upairs if k >= 0)
-        route_len = np.zeros(len(upairs), dtype=np.int64)
-        lat = np.zeros(len(upairs))
-        flat: list[int] = []
-        for i, k in enumerate(upairs):
-            if k < 0:
-                continue
-            links, latency = routes[(int(k) // p, int(k) % p)]
-            route_len[i] = len(links)
-            lat[i] = latency
-            flat.extend(links)
-        self.route_ptr = np.zeros(len(upairs) + 1, dtype=np.int64)
-        np.cumsum(route_len, out=self.route_ptr[1:])
-        self.route_links = np.array(flat, dtype=np.int64)
-        self.pair_of = pair_of.astype(np.int64)
-        self.post = np.where(remote, lat[pair_of], 0.0)
-        self.pre = pre
-        self.has_flow = remote & (nbytes > 0) & (route_len[pair_of] > 0)
-        nl = len(topology.links)
+        nl, p = plan.nl, plan.p
         self.nl = nl
-        self.reducer = np.where(red & (nbytes > 0) & (reduce_bandwidth is not None), nl + dst, -1)
-        self.caps = np.array(topology.link_bandwidths() + [float(reduce_bandwidth or 1.0)] * p)
+        self.caps = plan.caps
         nan = np.full(n, math.nan)
         self.t_start, self.t_send_start, self.t_send_end, self.t_end = nan, nan.copy(), nan.copy(), nan.copy()
         self.busy = np.zeros(nl + p)
@@ -268,10 +336,11 @@ class _Fluid:
 
     def _timer(self, now: float, delays: np.ndarray, ids: np.ndarray, kind: int) -> None:
         when = now + delays
-        times, inv = np.unique(when, return_inverse=True)
-        if len(times) == 1:
-            groups = [ids]
+        first = when[0]
+        if (when == first).all():
+            times, groups = np.array([first]), [ids]
         else:
+            times, inv = np.unique(when, return_inverse=True)
             order = np.argsort(inv, kind="stable")
             groups = np.split(ids[order], np.cumsum(np.bincount(inv))[:-1])
         for t, g in zip(times.tolist(), groups, strict=True):
@@ -279,23 +348,19 @@ class _Fluid:
             heapq.heappush(self.timers, (t, self.seq, kind, g))
 
     def _add_flows(self, now: float, ids: np.ndarray, reducer: bool) -> None:
+        plan = self.plan
         if reducer:
             nls = np.ones(len(ids), dtype=np.int64)
-            links = self.reducer[ids]
+            links = plan.reducer(ids, plan.nbytes(ids))
         else:
-            pr = self.pair_of[ids]
-            lo, hi = self.route_ptr[pr], self.route_ptr[pr + 1]
-            nls = hi - lo
-            _o, e = _ranges(lo, hi)
-            links = self.route_links[e]
-        newly = np.unique(links)
-        idle = newly[self.lcount[newly] == 0]
+            links, nls = plan.links(ids)
+        idle = links[self.lcount[links] == 0]
         self.busy_since[idle] = now
         np.add.at(self.lcount, links, 1)
         k = len(ids)
         self.f_t = np.concatenate([self.f_t, ids])
         self.f_red = np.concatenate([self.f_red, np.full(k, reducer)])
-        self.f_rem = np.concatenate([self.f_rem, self.nbytes[ids]])
+        self.f_rem = np.concatenate([self.f_rem, plan.nbytes(ids)])
         self.f_rate = np.concatenate([self.f_rate, np.zeros(k)])
         self.f_last = np.concatenate([self.f_last, np.full(k, now)])
         self.f_end = np.concatenate([self.f_end, np.full(k, math.inf)])
@@ -309,9 +374,9 @@ class _Fluid:
         e_done = np.repeat(done, self.f_nl)
         links = self.e_link[e_done]
         np.subtract.at(self.lcount, links, 1)
-        freed = np.unique(links)
-        freed = freed[self.lcount[freed] == 0]
-        self.busy[freed] += now - self.busy_since[freed]
+        freed = links[self.lcount[links] == 0]
+        # An assignment, not +=: a link listed twice gets the same value twice, not the period twice.
+        self.busy[freed] = self.busy[freed] + (now - self.busy_since[freed])
         ids, red = self.f_t[done], self.f_red[done]
         self.f_t, self.f_red, self.f_rem = self.f_t[keep], self.f_red[keep], self.f_rem[keep]
         self.f_rate, self.f_last, self.f_end = self.f_rate[keep], self.f_last[keep], self.f_end[keep]
@@ -353,7 +418,7 @@ class _Fluid:
                         self.readers_left[ws] -= c
                         ws = ws[(self.readers_left[ws] == 0) & self.arrived[ws]]
                         finishing = np.concatenate([finishing, ws])
-                pre = self.pre[starting]
+                pre = self.plan.pre(starting)
                 later = pre > 0
                 if later.any():
                     self._timer(now, pre[later], starting[later], _SEND)
@@ -361,21 +426,21 @@ class _Fluid:
                 starting = empty
             if len(sending):
                 self.t_send_start[sending] = now
-                fl = self.has_flow[sending]
+                fl = self.plan.has_flow(sending, self.plan.nbytes(sending))
                 if fl.any():
                     self._add_flows(now, sending[fl], False)
                 sent = np.concatenate([sent, sending[~fl]])
                 sending = empty
             if len(sent):
                 self.t_send_end[sent] = now
-                post = self.post[sent]
+                post = self.plan.post(sent)
                 later = post > 0
                 if later.any():
                     self._timer(now, post[later], sent[later], _LAND)
                 landed = np.concatenate([landed, sent[~later]])
                 sent = empty
             if len(landed):
-                rd = self.reducer[landed] >= 0
+                rd = self.plan.reducer(landed, self.plan.nbytes(landed)) >= 0
                 if rd.any():
                     self._add_flows(now, landed[rd], True)
                 arrived = np.concatenate([arrived, landed[~rd]])
@@ -445,22 +510,139 @@ class _Fluid:
             bar.update(self.finished - done)
 
 
+def _closed_form(schedule: Schedule, plan: _Plan, mode: str) -> dict[str, Any] | None:
+    """Times step by step when no two flows ever share a link; None as soon as two might.
+
+    Without sharing every flow runs at its route's bottleneck bandwidth, so a
+    transfer's times follow from its start alone, and a step's starts from
+    earlier steps alone: lockstep, the previous step's end; dataflow, the
+    latest end among the last writers and later readers of its slots (kept per
+    slot, no dependency lists), and a write waits for the latest start among
+    the same step's readers of its slot. This is exactly the event
+    simulation's trajectory when, on every link, each flow starts no earlier
+    than every earlier step's flows there have ended and a step's own flows
+    there do not overlap; that is checked as it goes, and any doubt (a flow
+    starting before an earlier one on its link has ended) hands the run back
+    to the event loop.
+    """
+    from sim.semantics import SlotLayout
+
+    n, p, nl = plan.n, plan.p, plan.nl
+    cols = schedule.columns()
+    dataflow = mode == "dataflow"
+    start = np.empty(n)
+    send_start = np.empty(n)
+    send_end = np.empty(n)
+    end = np.empty(n)
+    busy_until = np.zeros(nl + p)
+    busy = np.zeros(nl + p)
+    mark = np.zeros(nl + p, dtype=np.int64)
+    rbw = plan.reduce_bandwidth
+    if dataflow:
+        layout = SlotLayout(schedule)
+        from algorithms.ir import BUFS
+
+        bases = np.array([layout.bases[b] for b in BUFS], dtype=np.int64)
+        wt = np.zeros(layout.num_slots)  # latest end of the last write group of each slot
+        rt = np.zeros(layout.num_slots)  # latest end of the slot's readers since that write group's step
+        rs = np.full(layout.num_slots, -math.inf)  # scratch: latest start of this step's readers of a slot
+    t0 = 0.0
+    steps = 0
+    for lo, hi in itertools.pairwise(plan.offsets.tolist()):
+        if hi == lo:
+            continue
+        steps += 1
+        ids = np.arange(lo, hi, dtype=np.int64)
+        if dataflow:
+            cnt = cols.count[lo:hi].astype(np.int64)
+            a = bases[cols.src_buf[lo:hi], cols.src[lo:hi]] + cols.src_index[lo:hi]
+            d = bases[cols.dst_buf[lo:hi], cols.dst[lo:hi]] + cols.dst_index[lo:hi]
+            ones = bool((cnt == 1).all())
+            if not ones:
+                first = np.cumsum(cnt) - cnt
+                k = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(first, cnt)
+                a = np.repeat(a, cnt) + k
+                d = np.repeat(d, cnt) + k
+            need = np.maximum(np.maximum(wt[a], wt[d]), rt[d])
+            st = need if ones else np.maximum.reduceat(need, first)
+        else:
+            st = np.full(hi - lo, t0)
+        nb = plan.nbytes(ids)
+        ss = st + plan.pre(ids)
+        fl = plan.has_flow(ids, nb)
+        se = ss.copy()
+        se[fl] = ss[fl] + nb[fl] / plan.pair_bw[plan.pair_of[ids[fl]]]
+        land = se + plan.post(ids)
+        red = plan.reducer(ids, nb)
+        rd = red >= 0
+        arrive = land.copy()
+        if rd.any():
+            assert rbw is not None
+            arrive[rd] = land[rd] + nb[rd] / rbw
+        if dataflow:
+            st_m = st if ones else np.repeat(st, cnt)
+            np.maximum.at(rs, a, st_m)
+            wa = rs[d]
+            en = np.maximum(arrive, wa if ones else np.maximum.reduceat(wa, first))
+            rs[a] = -math.inf
+        else:
+            en = arrive
+        # Links: the route of each flow over [send start, send end), the reducer over [landed, arrived).
+        links, nls = plan.links(ids[fl])
+        lk = np.concatenate([links, red[rd]])
+        s0 = np.concatenate([np.repeat(ss[fl], nls), land[rd]])
+        s1 = np.concatenate([np.repeat(se[fl], nls), arrive[rd]])
+        if len(lk):
+            if bool((s0 < busy_until[lk]).any()):
+                return None
+            pos = np.arange(len(lk))
+            mark[lk] = pos
+            if bool((mark[lk] != pos).any()):  # some link carries two of this step's flows
+                order = np.lexsort((s0, lk))
+                same = lk[order][1:] == lk[order][:-1]
+                if bool((s1[order][:-1][same] > s0[order][1:][same]).any()):
+                    return None
+            np.maximum.at(busy_until, lk, s1)
+            np.add.at(busy, lk, s1 - s0)
+        start[lo:hi], send_start[lo:hi], send_end[lo:hi], end[lo:hi] = st, ss, se, en
+        if dataflow:
+            en_m = en if ones else np.repeat(en, cnt)
+            np.maximum.at(rt, a, en_m)
+            # This step's writes start a new group; readers so far (this step's included) are forgotten.
+            rt[d] = 0.0
+            wt[d] = 0.0
+            np.maximum.at(wt, d, en_m)
+        else:
+            t0 = float(en.max())
+    return {"start": start, "send_start": send_start, "send_end": send_end, "end": end, "busy": busy,
+            "events": steps}
+
+
 def run_fast(schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
              reduce_bandwidth: float | None, stragglers: Mapping[int, float], chunk: float,
-             progress: bool = False) -> dict[str, Any]:
-    """Time ``schedule`` (options already checked, faults applied) and return the per-transfer arrays."""
+             progress: bool = False, closed_form: bool = True) -> dict[str, Any]:
+    """Time ``schedule`` (options already checked, faults applied): the per-transfer arrays and link busy times.
+
+    The closed form when no flow ever shares a link (``closed_form=False``: never), else the event loop.
+    """
     from sim import progress as prog
 
-    run = _Fluid(schedule, topology, size, mode, overhead, reduce_bandwidth, stragglers, chunk)
-    bar = prog.bar(run.n, unit="transfer", desc=schedule.name) if progress and run.n >= 20000 else None
-    try:
-        run.run(bar)
-    finally:
-        if bar is not None:
-            bar.close()
+    plan = _Plan(schedule, topology, overhead, reduce_bandwidth, stragglers, chunk)
+    got = _closed_form(schedule, plan, mode) if closed_form else None
+    closed = got is not None
+    if got is None:
+        run = _Fluid(schedule, plan, mode)
+        bar = prog.bar(run.n, unit="transfer", desc=schedule.name) if progress and run.n >= 20000 else None
+        try:
+            run.run(bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        got = {"start": run.t_start, "send_start": run.t_send_start, "send_end": run.t_send_end, "end": run.t_end,
+               "busy": run.busy, "events": run.events}
     links = topology.links
-    busy = {links[i]: float(b) for i, b in enumerate(run.busy[:run.nl]) if b > 0}
-    ends = run.t_end[~np.isnan(run.t_end)]
-    return {"time": float(ends.max()) if len(ends) else 0.0, "start": run.t_start, "send_start": run.t_send_start,
-            "send_end": run.t_send_end, "end": run.t_end, "link_busy": busy, "events": run.events,
-            "finished": run.finished, "idempotent": schedule.collective.kind is Kind.BARRIER}
+    busy = {links[i]: float(b) for i, b in enumerate(got["busy"][:plan.nl].tolist()) if b > 0}
+    ends = got["end"][~np.isnan(got["end"])]
+    return {"time": float(ends.max()) if len(ends) else 0.0, "start": got["start"], "send_start": got["send_start"],
+            "send_end": got["send_end"], "end": got["end"], "link_busy": busy, "events": got["events"],
+            "closed_form": closed}
