@@ -581,7 +581,10 @@ def tune(machine: Any, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | Non
          ) -> dict[str, list[dict[str, Any]]]:
     """Per kind, the rules of a ``collsched.tuning/1`` file for ``p`` ranks: at each size the algorithm (and
     chunks in ``TUNE_CHUNKS``) with the least simulated time; neighbouring sizes with the same choice make
-    one rule, which covers calls up to its largest size (the last: every size)."""
+    one rule, which covers calls up to its largest size (the last: every size). Where the policy's built-in
+    default (or the previous size's choice) is within 1% of the least time, it is kept."""
+    from runners.policy import Policy
+
     rules: dict[str, list[dict[str, Any]]] = {}
     for kind in kinds or registry.kinds():
         cands: list[tuple[str, int, Schedule]] = []
@@ -597,9 +600,13 @@ def tune(machine: Any, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | Non
             if not times:
                 continue
             best = min(times, key=lambda k: times[k])  # the first of equals, in registry order
-            if picks and (picks[-1][0], picks[-1][1]) in times and \
-                    times[(picks[-1][0], picks[-1][1])] <= 1.01 * times[best]:
-                best = (picks[-1][0], picks[-1][1])  # within 1% of the best: keep the band's choice
+            # Within 1% of the best the model cannot tell: keep the built-in default's choice, else the band's.
+            d = Policy.defaults().choose(kind, size, p)
+            for keep in ((d.algorithm, dict(d.params).get("chunks", 1)),
+                         (picks[-1][0], picks[-1][1]) if picks else None):
+                if keep in times and times[keep] <= 1.01 * times[best]:
+                    best = keep
+                    break
             picks.append((best[0], best[1], times[best], size))
         kind_rules: list[dict[str, Any]] = []
         for i, (name, c, _t, size) in enumerate(picks):
