@@ -2,9 +2,12 @@
 
 Validation happens before any data moves. Checks that need only the
 arguments run on every rank identically; then the ranks all-gather a few
-integers of metadata (size, dtype, op, schedule checksum, local error) and
-every rank runs the same check over the table, so a bad argument on one rank
-raises the same ``InputError`` on every rank and nothing hangs.
+integers of metadata (size, dtype, op, schedule checksum, local error) in
+one collective on the group and every rank runs the same check over the
+table, so a bad argument on one rank raises the same ``InputError`` on every
+rank and nothing hangs. Only when that collective fails or times out do the
+ranks fall back to point-to-point messages (``_exchange_p2p``), whose waits
+name the peer that is missing.
 """
 
 from __future__ import annotations
@@ -255,11 +258,42 @@ def check_own_row(schedule: Schedule, rank: int, row: list[int]) -> None:
                          + _describe_error(schedule, rank, row))
 
 
+# torch 2.13 renamed all_gather_into_tensor (the old name warns).
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+# After the collective failed or timed out: how long the point-to-point probe may take to name the peer.
+PROBE_GRACE_S = 2.0
+
+
 def exchange(row: list[int], group: Any, globals_: list[int], device: torch.device, rank: int, deadline: float,
-              what: str) -> list[list[int]]:
-    """Every rank's metadata row, by point-to-point messages so that a missing peer can be named.
+             what: str) -> list[list[int]]:
+    """Every rank's metadata row: one all-gather on the group; point-to-point only to name a missing peer.
 
     ``globals_[r]`` is the global rank of group rank r."""
+    p = len(globals_)
+    mine = torch.tensor(row, dtype=torch.int64, device=device)
+    rows = torch.empty(p * len(row), dtype=torch.int64, device=device)
+    started = time.monotonic()
+    try:
+        left = deadline - started
+        if left <= 0:
+            raise TimeoutError("timed out")
+        work = _ALL_GATHER(rows, mine, group=group, async_op=True)
+        assert work is not None
+        work.wait(timedelta(seconds=left))
+        return rows.view(p, len(row)).tolist()
+    except Exception as e:  # which peer is missing is the probe's to say
+        first = e
+    text = str(first).strip().splitlines()[0] if str(first).strip() else type(first).__name__
+    timed_out = isinstance(first, TimeoutError) or "timeout" in text.lower() or "timed out" in text.lower()
+    grace = min(PROBE_GRACE_S, max(deadline - started, 0.1))  # a peer's run() starts within its own timeout
+    return _exchange_p2p(row, group, globals_, device, rank, time.monotonic() + grace, what, text, timed_out)
+
+
+def _exchange_p2p(row: list[int], group: Any, globals_: list[int], device: torch.device, rank: int,
+                  deadline: float, what: str, why: str, timed_out: bool) -> list[list[int]]:
+    """Every rank's row by point-to-point messages, so that a missing peer can be named (``why``: the
+    collective's failure)."""
     p = len(globals_)
     mine = torch.tensor(row, dtype=torch.int64, device=device)
     rows = torch.empty(p, len(row), dtype=torch.int64, device=device)
@@ -281,9 +315,9 @@ def exchange(row: list[int], group: Any, globals_: list[int], device: torch.devi
             work.wait(timedelta(seconds=left))
         except Exception as e:
             text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            head = (f"rank {rank} (global rank {globals_[rank]}): {what}: before step 0, exchanging metadata: "
-                    f"{verb} peer rank {r} (global rank {globals_[r]})")
-            if "timed out" in text.lower() or isinstance(e, TimeoutError):
+            head = (f"rank {rank} (global rank {globals_[rank]}): {what}: before step 0, exchanging metadata "
+                    f"(the all-gather failed: {why}): {verb} peer rank {r} (global rank {globals_[r]})")
+            if timed_out or "timed out" in text.lower() or isinstance(e, TimeoutError):
                 raise RunTimeout(f"{head} did not complete in time; is rank {r} running the same run()? "
                                  f"({text})") from e
             report_failure(globals_[rank], f"exchanging metadata: {verb} peer rank {r} (global rank {globals_[r]}) "

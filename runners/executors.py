@@ -1,16 +1,23 @@
-"""The executors of a rank plan: host-side dataflow (gloo) and stream-ordered issue (nccl).
+"""The executors of a rank plan: per-step groups (nccl's path, also on gloo) and host-side dataflow (gloo).
 
-Execution (gloo): a dataflow engine, see runners.plan. Sends and receives are
-posted with ``isend``/``irecv`` as their dependencies complete, each transfer
-on its own tag (gloo matches tags exactly), staged receives are posted ahead in
-program order, and the runner blocks on the earliest outstanding operation,
-then takes every other completed one. Execution (nccl): operations are issued
-step by step in program order, every dependency expressed as a stream wait
-(``Work.wait`` makes the current stream wait), so the host never blocks and
-each pair of ranks posts its messages in the same order (nccl ignores tags).
-The host returns once everything is enqueued on the current stream (a
-barrier synchronises it); ``timeout`` is then NCCL's watchdog's business
-(the process group's timeout), not the runner's.
+Grouped (``execute_grouped``): steps run in program order; all of a rank's
+sends and receives of a step are posted as one group (on nccl one
+``batch_isend_irecv``, i.e. ``ncclGroupStart .. ncclGroupEnd`` on the group's
+own communicator; on gloo, which has no coalescing, the same list of
+``isend``/``irecv``, as ``batch_isend_irecv`` does there); local transfers
+whose destination no same-step transfer reads run while the group is in
+flight; then the rank waits for the group (on CUDA a stream wait, the host
+never blocks) and applies the step's staged receives and snapshots in program
+order. A step with no operation for the rank issues nothing. Why this cannot
+hang: docs/design.md, "Runner executors".
+
+Dataflow (``execute_host``, gloo only): sends and receives are posted with
+``isend``/``irecv`` as their dependencies complete, each transfer on its own
+tag (gloo matches tags exactly), staged receives are posted ahead in program
+order, and the runner blocks on the earliest outstanding operation, then
+takes every other completed one. nccl ignores tags and matches a pair's
+messages in posting order, which dataflow order does not keep equal on both
+ends, so this executor is refused for CUDA tensors.
 """
 
 from __future__ import annotations
@@ -23,12 +30,27 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Buf, Op
 from runners.buffers import Buffers
 from runners.errors import RunError, RunTimeout, peer_report, report_failure
 from runners.plan import Item, RankPlan, Role
 from runners.staging import STAGING, Carver
+
+EXECUTORS = ("grouped", "dataflow", "auto")
+# Post groups with dist.batch_isend_irecv even where the backend cannot coalesce (gloo), so that CPU
+# tests run the exact P2POp path nccl takes (tests set it; failures then name the step's first transfer).
+FORCE_BATCH_API = False
+
+
+def coalesces(group: Any, device: torch.device) -> bool:
+    """Whether ``batch_isend_irecv`` on ``group`` makes one coalesced group (nccl), as torch decides it."""
+    pg = group if group is not None else c10d._get_default_group()
+    try:
+        return type(pg) is dist.ProcessGroup and bool(pg._get_backend(device).supports_coalescing)
+    except (RuntimeError, AttributeError):
+        return False
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -68,6 +90,24 @@ class Context:
             return dist.irecv(_bytes(into), self.globals[it.peer], group=self.group, tag=it.tid)
         except Exception as e:
             raise self.failure(it, e) from e
+
+    def post_group(self, ops: list[tuple[Item, torch.Tensor]], batched: bool) -> list[tuple[Item, Any]]:
+        """Post a step's sends and receives (tensor: a send's source, a receive's target) as one group.
+
+        Returns (item, work) pairs to wait on; a coalesced group has one work, attributed to its first item."""
+        if not ops:
+            return []
+        if not batched:
+            return [(it, self.isend(it) if it.role is Role.SEND else self.irecv(it, t)) for it, t in ops]
+        p2p = [dist.P2POp(c10d.isend if it.role is Role.SEND else c10d.irecv, _bytes(t), group=self.group,
+                          tag=it.tid, group_peer=it.peer) for it, t in ops]
+        try:
+            works = dist.batch_isend_irecv(p2p)
+        except Exception as e:
+            raise self.failure(ops[0][0], e) from e
+        if len(works) == len(ops):
+            return [(it, w) for (it, _), w in zip(ops, works, strict=True)]
+        return [(ops[0][0], w) for w in works]
 
     def apply(self, it: Item, data: torch.Tensor) -> None:
         if it.transfer.op is Op.REDUCE:
@@ -233,58 +273,64 @@ def _run_host(ctx: Context, carver: Carver) -> None:
         heap = sorted(works)
 
 
-def execute_stream(ctx: Context) -> None:
-    """Stream-ordered execution (nccl): issue step by step in program order; waits are stream waits."""
+def execute_grouped(ctx: Context) -> None:
+    """One group of sends and receives per step, in program order: see the module docstring."""
     plan = ctx.plan
     items = plan.items
-    works: dict[int, Any] = {}
-    held: dict[int, torch.Tensor] = {}
+    ref = ctx.bufs.bufs[Buf.INPUT if Buf.INPUT in ctx.bufs.bufs else Buf.OUTPUT]
+    cuda = ref.device.type == "cuda"
+    batched = FORCE_BATCH_API or coalesces(ctx.group, ref.device)
     s = ctx.bufs.s
-    ref = next(iter(ctx.bufs.bufs.values()))
-    i = 0
-    n = len(items)
-
-    def after(i: int) -> None:
-        # Stream-wait on every outstanding operation item i depends on (sends also for reads).
-        for d in (*items[i].deps, *items[i].after):
-            w = works.get(d)
-            if w is not None:
-                w.wait()
-
-    while i < n:
-        step = items[i].step
-        j = i
-        while j < n and items[j].step == step:
-            j += 1
-        # Starts: every read of the step happens before any write of the step.
-        applies: list[int] = []
-        for k in range(i, j):
-            it = items[k]
-            after_deps = it.deps
-            for d in after_deps:
-                w = works.get(d)
-                if w is not None:
-                    w.wait()
-            if it.role is Role.SEND:
-                works[k] = ctx.isend(it)
-            elif it.role is Role.RECV:
-                if it.staged:
-                    held[k] = torch.empty(it.transfer.count * s, dtype=ref.dtype, device=ref.device)
-                    works[k] = ctx.irecv(it, held[k])
-                    applies.append(k)
+    unit = s * ref.element_size()
+    # Every staged receive of one step is in flight at once: the budget (>= the most chunks staged in
+    # one step) always fits. CUDA allocates per step (the caching allocator reuses it, stream-ordered).
+    arena, shared = (None, False) if cuda else STAGING.borrow(plan.budget_chunks * unit, ref.device)
+    carver = None if arena is None else Carver(arena, unit, plan.budget_chunks, ref.dtype)
+    ok = False
+    try:
+        n = len(items)
+        i = 0
+        while i < n:
+            step = items[i].step
+            j = i
+            while j < n and items[j].step == step:
+                j += 1
+            ops: list[tuple[Item, torch.Tensor]] = []
+            held: dict[int, torch.Tensor] = {}
+            slots: dict[int, int] = {}
+            later: list[int] = []  # unstaged locals: their destination is read by nothing in this step
+            for k in range(i, j):
+                it = items[k]
+                if it.role is Role.SEND:
+                    ops.append((it, ctx.src(it)))
+                elif it.role is Role.RECV:
+                    if it.staged:
+                        count = it.transfer.count
+                        if carver is None:
+                            held[k] = torch.empty(count * s, dtype=ref.dtype, device=ref.device)
+                        else:
+                            held[k], slots[k] = carver.take(count)
+                        ops.append((it, held[k]))
+                    else:
+                        ops.append((it, ctx.dst(it)))
+                elif it.staged:
+                    held[k] = ctx.src(it).clone()  # snapshot before any write of the step lands
                 else:
-                    works[k] = ctx.irecv(it, ctx.dst(it))
-            elif it.staged:
-                held[k] = ctx.src(it).clone()
-                applies.append(k)
-            else:
-                ctx.local(it)
-        for k in applies:
-            after(k)
-            w = works.pop(k, None)
-            if w is not None:
-                w.wait()
-            ctx.apply(items[k], held.pop(k))
-        i = j
-    for w in works.values():
-        w.wait()
+                    later.append(k)
+            works = ctx.post_group(ops, batched)
+            for k in later:
+                ctx.local(items[k])
+            for it, work in works:
+                if cuda:
+                    work.wait()  # the current stream waits; the host does not
+                else:
+                    ctx.wait(it, work)
+            for k in sorted(held):
+                ctx.apply(items[k], held.pop(k))
+                if k in slots and carver is not None:
+                    carver.give(slots.pop(k), items[k].transfer.count)
+            i = j
+        ok = True
+    finally:
+        if shared:
+            STAGING.give_back(ref.device, keep=ok)

@@ -34,7 +34,7 @@ from enum import IntEnum
 from algorithms.ir import Buf, Kind, Op, Schedule, Transfer
 from sim.dataflow import dataflow_graph, invert
 
-__all__ = ["Item", "RankPlan", "Role", "fingerprint", "rank_plan"]
+__all__ = ["Item", "RankPlan", "Role", "fingerprint", "rank_plan", "step_race"]
 
 
 class Role(IntEnum):
@@ -89,6 +89,8 @@ class RankPlan:
     """Whether any transfer writes this rank's input buffer."""
     fingerprint: int
     """A checksum of the whole schedule, equal on every rank that holds the same schedule."""
+    race: str | None = None
+    """``step_race(schedule)``: the same on every rank, so every rank refuses such a schedule alike."""
 
 
 def fingerprint(schedule: Schedule) -> int:
@@ -104,6 +106,44 @@ def fingerprint(schedule: Schedule) -> int:
                          t.op is Op.REDUCE))
         crc = zlib.crc32(repr(flat).encode(), crc)
     return crc & 0x7FFFFFFF
+
+
+def step_race(schedule: Schedule) -> str | None:
+    """The first slot that one step writes twice with a copy among the writes, described; None if none.
+
+    A step's writes land concurrently (one group of receives in flight at once,
+    or dataflow order), so two writes of one slot in one step are only defined
+    when all of them are reduces (⊕ commutes). The verifier calls the other case
+    a race; an unverified schedule may hold one, and the runner refuses it before
+    any data moves rather than let the outcome depend on arrival order. Barrier
+    tokens are idempotent unions: they never race.
+    """
+    if schedule.collective.kind is Kind.BARRIER:
+        return None
+    for si, step in enumerate(schedule.steps):
+        by_buffer: dict[tuple[int, Buf], list[tuple[int, int, bool, int]]] = {}
+        for ti, t in enumerate(step.transfers):
+            by_buffer.setdefault((t.dst, t.dst_buf), []).append(
+                (t.dst_index, t.dst_index + t.count, t.op is Op.COPY, ti))
+        for (rank, buf), writes in by_buffer.items():
+            if len(writes) < 2:
+                continue
+            writes.sort()
+            # Sweep: the open write reaching furthest, and the furthest-reaching open copy.
+            end, end_ti = writes[0][1], writes[0][3]
+            copy_end, copy_ti = (writes[0][1], writes[0][3]) if writes[0][2] else (-1, -1)
+            for start, stop, is_copy, ti in writes[1:]:
+                other = copy_ti if copy_end > start else (end_ti if is_copy and end > start else -1)
+                if other >= 0:
+                    a, b = sorted((other, ti))
+                    return (f"step {si}: transfers {a} ({step.transfers[a]!r}) and {b} ({step.transfers[b]!r}) "
+                            f"both write rank {rank} {buf} chunk {max(start, step.transfers[other].dst_index)}, "
+                            "and one of them is a copy (a race: the result would depend on arrival order)")
+                if stop > end:
+                    end, end_ti = stop, ti
+                if is_copy and stop > copy_end:
+                    copy_end, copy_ti = stop, ti
+    return None
 
 
 def _compile(schedule: Schedule, rank: int) -> RankPlan:
@@ -146,7 +186,7 @@ def _compile(schedule: Schedule, rank: int) -> RankPlan:
         tuple(tuple(d) for d in invert([it.deps for it in items], len(items))),
         tuple(tuple(r) for r in invert([it.after for it in items], len(items))),
         tuple(staged_recvs), min(total, 2 * step_max), max(local_per_step.values(), default=0),
-        writes_input or schedule.collective.kind is Kind.BARRIER, fingerprint(schedule),
+        writes_input or schedule.collective.kind is Kind.BARRIER, fingerprint(schedule), step_race(schedule),
     )
 
 

@@ -23,17 +23,19 @@ copies (the last chunks hold fewer real elements, possibly none) and copies
 the result back. An out-of-place kind never writes the caller's input: when
 its schedule writes the input buffer, the runner works on a copy.
 
-Execution (gloo): a dataflow engine, see runners.plan. Sends and receives are
-posted with ``isend``/``irecv`` as their dependencies complete, each transfer
-on its own tag (gloo matches tags exactly), staged receives are posted ahead in
-program order, and the runner blocks on the earliest outstanding operation,
-then takes every other completed one. Execution (nccl): operations are issued
-step by step in program order, every dependency expressed as a stream wait
-(``Work.wait`` makes the current stream wait), so the host never blocks and
-each pair of ranks posts its messages in the same order (nccl ignores tags).
-The host returns once everything is enqueued on the current stream (a
-barrier synchronises it); ``timeout`` is then NCCL's watchdog's business
-(the process group's timeout), not the runner's.
+Execution (``executor=``, see runners.executors). ``"grouped"``: steps in
+program order, all of a rank's sends and receives of a step posted as one
+group (nccl: one ``batch_isend_irecv`` on the group's own communicator),
+reductions and local copies after it. ``"dataflow"`` (gloo only): sends and
+receives posted with ``isend``/``irecv`` as their dependencies complete, each
+on its own tag. ``"auto"`` (default): grouped for CUDA tensors; on gloo the
+one that measured faster for the schedule's kind (``AUTO_CPU``). On nccl the
+host returns once everything is enqueued on the current stream (a barrier
+synchronises it); ``timeout`` is then NCCL's watchdog's business (the process
+group's timeout), not the runner's. Before the first CUDA run on a group that
+was not initialised eagerly (``init_process_group(device_id=...)``), the
+runner all-reduces one element on it, so that the group's communicator exists
+(made by every rank) before any point-to-point operation.
 
 Memory. Beyond the caller's tensors, one run allocates at most:
 scratch ``scratch_chunks·S``; staging for receives ``budget_chunks·S`` (at most
@@ -51,10 +53,12 @@ a step's staged receives are allocated when the step is issued and freed
 after its applies (the caching allocator reuses them).
 
 Validation happens before any data moves. Checks that need only the
-arguments run on every rank identically; then the ranks all-gather a few
-integers of metadata (size, dtype, op, schedule checksum, local error) and
-every rank runs the same check over the table, so a bad argument on one rank
-raises the same ``InputError`` on every rank and nothing hangs.
+arguments run on every rank identically (including ``plan.step_race``: a
+schedule whose step writes a slot twice with a copy among the writes is
+refused); then the ranks all-gather a row of integers of metadata (size,
+dtype, op, schedule checksum, local error) in one collective and every rank
+runs the same check over the table, so a bad argument on one rank raises the
+same ``InputError`` on every rank and nothing hangs.
 
 Modules: ``runners.arguments`` (the cross-rank argument check), ``runners.buffers`` (working buffers and
 reduce ops), ``runners.staging`` (staging memory), ``runners.executors`` (the two executors) and
@@ -86,13 +90,50 @@ from runners.arguments import (
 )
 from runners.buffers import Buffers, combine
 from runners.errors import InputError, RunError, RunTimeout
-from runners.executors import Context, execute_host, execute_stream
+from runners.executors import EXECUTORS, Context, execute_grouped, execute_host
 from runners.plan import rank_plan
 from runners.staging import release_memory, staging_bytes
 
-__all__ = ["SUPPORTED_DTYPES", "InputError", "RunError", "RunTimeout", "release_memory", "run", "staging_bytes"]
+__all__ = ["AUTO_CPU", "EXECUTORS", "SUPPORTED_DTYPES", "InputError", "RunError", "RunTimeout", "release_memory",
+           "run", "staging_bytes"]
 
 ReduceOp = dist.ReduceOp
+
+AUTO_CPU: dict[Kind, str] = {}
+"""``executor="auto"`` on gloo: the executor per kind where the grouped one measured faster (see
+docs/backend.md, "Performance"); kinds not listed use the dataflow executor."""
+
+# Groups whose communicator is known to exist (CUDA): id -> the group, kept so that the id stays its own.
+_READY: dict[int, Any] = {}
+
+
+def _ensure_communicator(group: Any, device: torch.device) -> None:
+    """Make sure ``group``'s own nccl communicator exists before the first point-to-point operation.
+
+    torch makes it at ``init_process_group(device_id=...)`` (eager init); otherwise lazily at the first
+    operation, and a first ``batch_isend_irecv`` that not every rank joins (step 0 of a tree) is
+    undefined. So a group that is not bound to a device gets one all-reduce of one element, once, which
+    every rank of the run reaches.
+    """
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if id(pg) in _READY and _READY[id(pg)] is pg:
+        return
+    if getattr(pg, "bound_device_id", None) is None:
+        dist.all_reduce(torch.zeros(1, device=device), group=group)
+    _READY[id(pg)] = pg
+
+
+def _executor(executor: str, device: torch.device, kind: Kind) -> str:
+    if executor not in EXECUTORS:
+        raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if device.type == "cuda":
+        if executor == "dataflow":
+            raise InputError("executor 'dataflow' needs gloo's tag matching; nccl matches a pair's messages in "
+                             "posting order: use 'grouped' (or 'auto') for CUDA tensors")
+        return "grouped"
+    if executor == "auto":
+        return AUTO_CPU.get(kind, "dataflow")
+    return executor
 
 
 def _seconds(timeout: float | timedelta | None) -> float:
@@ -113,6 +154,7 @@ def run(
     *,
     timeout: float | timedelta | None = None,
     check: bool = True,
+    executor: str = "auto",
 ) -> torch.Tensor | None:
     """Run ``schedule`` on ``group`` (default: the world); returns the result tensor of this rank.
 
@@ -129,10 +171,14 @@ def run(
     process-group timeout). Both name the step, the transfer and the peer.
     A process outside ``group`` returns None at once, as torch does.
 
-    ``check=False`` skips the metadata exchange (one round of tiny messages,
-    about a millisecond on gloo): arguments are still checked locally, but a
+    ``check=False`` skips the metadata exchange (one all-gather of a row of
+    12 integers per rank): arguments are still checked locally, but a
     rank whose arguments are bad raises alone and its peers time out, naming
-    it; arguments that differ between ranks are not detected, as in torch.
+    it; arguments that differ between ranks (schedules included) are not
+    detected, as in torch.
+
+    ``executor``: ``"grouped"``, ``"dataflow"`` (gloo only) or ``"auto"``
+    (see the module docstring).
     """
     if not isinstance(schedule, Schedule):
         raise InputError(f"schedule must be a Schedule, got {type(schedule).__name__}")
@@ -148,6 +194,10 @@ def run(
         raise InputError(f"run({schedule.name} {coll.describe()}): the schedule is for {coll.ranks} ranks but "
                          f"the group has {p}")
     plan = rank_plan(schedule, rank)
+    if plan.race is not None:
+        raise InputError(f"run({schedule.name} {coll.describe()}): the schedule cannot run: {plan.race}")
+    if executor not in EXECUTORS:
+        raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     opi = op_index(op)
     devices = devices_of(group)
     code, detail, n = local_check(schedule, rank, tensor, output, opi, devices)
@@ -174,10 +224,14 @@ def run(
         device, dtype = ref.device, ref.dtype
     bufs = Buffers(schedule, plan, tensor, output, n, dtype, device)
     ctx = Context(plan, bufs, group, globals_, combine(opi, coll.kind), seconds, deadline)
+    chosen = _executor(executor, device, coll.kind)
     if device.type == "cuda":
-        execute_stream(ctx)
+        _ensure_communicator(group, device)
+        execute_grouped(ctx)
         if coll.kind is Kind.BARRIER:
             torch.cuda.current_stream(device).synchronize()  # a barrier holds the host, as torch's does
+    elif chosen == "grouped":
+        execute_grouped(ctx)
     else:
         execute_host(ctx)
     bufs.finish()

@@ -21,14 +21,32 @@ __all__ = ["CollschedWork", "IssueQueue", "Job", "JobState"]
 Job = Callable[[], Any]
 
 
+def _unwrap(fut: torch.futures.Future[Any]) -> Any:
+    return fut.value()  # raises the job's error: the chained future then fails in C++ too
+
+
 @dataclass
 class JobState:
-    """What one queued collective left behind: finished or not, its error, its CUDA completion event."""
+    """What one queued collective left behind: finished or not, its error, its CUDA completion event.
 
-    future: torch.futures.Future[Any] = field(default_factory=torch.futures.Future)
+    ``future`` is what ``get_future()`` hands out. It is chained on ``outcome``
+    (which the worker completes) so that a failed job fails it *in C++*:
+    ``torch.futures.Future.set_exception`` only stores the exception as the
+    result with a Python-side unwrap function, so C++ readers (DDP's reducer,
+    ``parseCppCommHookResult``) saw a successful future holding no tensors and
+    indexed past the end (the SIGSEGV of DDP + a failing collective, e.g. a
+    sparse gradient all-reduce). An exception raised in a ``then`` callback is
+    a real C++ error: ``value()`` throws there and Python gets a RuntimeError.
+    """
+
+    outcome: torch.futures.Future[Any] = field(default_factory=torch.futures.Future)
+    future: torch.futures.Future[Any] = field(init=False)
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     cuda_done: Any = None
+
+    def __post_init__(self) -> None:
+        self.future = self.outcome.then(_unwrap)
 
 
 class CollschedWork(dist.Work):
@@ -120,10 +138,10 @@ class IssueQueue:
         except BaseException as err:  # every failure belongs to the caller's wait()
             state.error = err
             state.done.set()
-            state.future.set_exception(err)
+            state.outcome.set_exception(err if isinstance(err, Exception) else RuntimeError(repr(err)))
             return
         state.done.set()
-        state.future.set_result(value)  # runs the future's callbacks, on this thread
+        state.outcome.set_result(value)  # runs the future's callbacks, on this thread
 
     def on_worker(self) -> bool:
         """True on the worker thread itself, e.g. inside a callback chained on a collective's future."""

@@ -19,7 +19,9 @@ import torch
 import torch.distributed as dist
 
 from algorithms import registry
-from algorithms.ir import Kind, Schedule
+from algorithms.builder import ScheduleBuilder
+from algorithms.ir import Collective, Kind, Schedule
+from runners import executors
 from runners.launch import SpawnError, spawn
 from runners.runner import InputError, RunError, RunTimeout, run
 from tests.runner_schedules import extra_schedules
@@ -115,31 +117,50 @@ def native(kind: Kind, x: torch.Tensor | None, op: str, root: int | None, p: int
     return out
 
 
+EXECUTORS = ("dataflow", "grouped")  # tests/gpu sets ("grouped",): the only executor nccl takes
+
+
 def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, group: Any, exact: bool) -> str | None:
-    """Run one case on this rank; a description of what differs from torch, or None."""
+    """Run one case on this rank with every executor; a description of what differs from torch, or None.
+
+    torch's collective runs once; each executor then runs on a fresh copy of the same data."""
     coll = sched.collective
     kind, p, root = coll.kind, coll.ranks, coll.root
     me = dist.get_rank(group)
     gen = torch.Generator().manual_seed(seed * 1000 + me)
     label = f"{sched.name} {coll.describe()} {str(dtype)[6:]} {op} N={n}"
     if kind is Kind.BARRIER:
-        run(sched, group=group, timeout=60)
+        for executor in EXECUTORS:
+            run(sched, group=group, timeout=60, executor=executor)
         return None
     segs_in = p if kind in (Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALLTOALL) else 1
-    x: torch.Tensor | None = make_data(segs_in * n, dtype, op, gen, exact).to(DEVICE[0])
+    data: torch.Tensor | None = make_data(segs_in * n, dtype, op, gen, exact).to(DEVICE[0])
     if kind is Kind.SCATTER and me != root:
-        x = None  # non-roots pass no input, as torch allows
-    before = None if x is None else x.clone()
-    ref = native(kind, x, op, root, p, n, group, dtype)
+        data = None  # non-roots pass no input, as torch allows
+    ref = native(kind, data, op, root, p, n, group, dtype)
+    for executor in EXECUTORS:
+        err = _one_run(sched, data, ref, op, n, group, exact, executor, f"{label} [{executor}]")
+        if err:
+            return err
+    return None
+
+
+def _one_run(sched: Schedule, data: torch.Tensor | None, ref: torch.Tensor | None, op: str, n: int, group: Any,
+             exact: bool, executor: str, label: str) -> str | None:
+    coll = sched.collective
+    kind, p, root = coll.kind, coll.ranks, coll.root
+    me = dist.get_rank(group)
+    x = None if data is None else data.clone()
+    dtype = data.dtype if data is not None else ref.dtype if ref is not None else torch.float32
     if coll.in_place:
         assert x is not None
         got: torch.Tensor | None = x
-        run(sched, x, op=OPS[op], group=group, timeout=60)
+        run(sched, x, op=OPS[op], group=group, timeout=60, executor=executor)
     else:
         segs_out = p if kind in (Kind.ALLGATHER, Kind.ALLTOALL, Kind.GATHER) else 1
         out = None if kind is Kind.GATHER and me != root else torch.full((segs_out * n,), 7).to(DEVICE[0], dtype)
-        got = run(sched, x, out, op=OPS[op], group=group, timeout=60)
-        if x is not None and before is not None and not torch.equal(x, before):
+        got = run(sched, x, out, op=OPS[op], group=group, timeout=60, executor=executor)
+        if x is not None and data is not None and not torch.equal(x, data):
             return f"{label}: rank {me}: the input of an out-of-place kind was modified"
     if ref is None:
         return None
@@ -170,6 +191,8 @@ def correctness_job(rank: int, dtypes: list[str], subgroup: list[int] | None, se
         jobs.append((group, schedules(len(subgroup)) if rank in subgroup else []))
     rng = random.Random(seed)  # the same stream on every rank: every rank picks the same sizes
     for group, scheds in jobs:
+        # On the subgroup, groups go through dist.batch_isend_irecv's P2POps as on nccl (group ranks, tags).
+        executors.FORCE_BATCH_API = group is not None
         for sched in scheds:
             for dt_name in dtypes:
                 dtype = getattr(torch, dt_name)
@@ -221,6 +244,21 @@ def test_every_dtype_matches_torch_on_3_ranks() -> None:
 # ------------------------------------------------------------------ bad inputs
 
 
+def racing(p: int) -> Schedule:
+    """An all-reduce whose last step copies into rank 0's chunk from two peers at once (a race)."""
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, 1), "test-race")
+    for r in range(1, p):
+        with b.step():
+            b.reduce(r, 0, 0)
+    with b.step():
+        for r in range(1, p):
+            b.copy(0, r, 0)
+    with b.step():
+        b.copy(1, 0, 0)
+        b.copy(2, 0, 0)
+    return b.build()
+
+
 def bad_input_job(rank: int) -> list[tuple[str, str]]:
     """Each case is bad on some ranks only; returns (case, error class: message) for every case."""
     p = dist.get_world_size()
@@ -241,6 +279,8 @@ def bad_input_job(rank: int) -> list[tuple[str, str]]:
         "schedules differ": lambda: run(registry.get("allreduce", "ring").build(p, chunks=1 + (rank == 1)),
                                         f32.clone()),
         "bad timeout": lambda: run(ring, f32.clone(), timeout=-1),
+        "unknown executor": lambda: run(ring, f32.clone(), executor="fast"),
+        "a racing step": lambda: run(racing(p), f32.clone()),
     }
     seen = []
     for i, (name, call) in enumerate(cases.items()):
@@ -252,7 +292,7 @@ def bad_input_job(rank: int) -> list[tuple[str, str]]:
         # The group still works after every rejected call: nothing is left half-posted
         # (every other time without the metadata exchange).
         y = torch.full((5,), float(rank))
-        run(ring, y, timeout=60, check=i % 2 == 0)
+        run(ring, y, timeout=60, check=i % 2 == 0, executor=("dataflow", "grouped")[i // 2 % 2])
         if y.tolist() != [float(sum(range(p)))] * 5:
             seen.append((name, f"group broken afterwards: {y.tolist()}"))
     return seen
@@ -269,6 +309,9 @@ def test_bad_inputs_raise_the_same_clear_error_on_every_rank() -> None:
         "not contiguous on rank 1": "rank 1: tensor must be contiguous", "no output on rank 2": "rank 2: output",
         "output too small": "sizes do not fit", "schedule for another size": "the group has 3",
         "schedules differ": "disagree on the schedule", "bad timeout": "timeout must be positive",
+        "unknown executor": "executor must be one of grouped, dataflow, auto",
+        "a racing step": "step 3: transfers 0 (0.input[0:1] = 1.input[0:1]) and 1 (0.input[0:1] = 2.input[0:1]) "
+                         "both write rank 0 input chunk 0",
     }
     assert len(by_case) == len(expect)
     for per_rank in by_case:
@@ -284,7 +327,7 @@ def test_bad_inputs_raise_the_same_clear_error_on_every_rank() -> None:
 # ------------------------------------------------------------------ failures
 
 
-def killed_peer_job(rank: int) -> str:
+def killed_peer_job(rank: int, executor: str = "dataflow") -> str:
     """Rank 2 kills itself right after posting its first data send of a large all-reduce."""
     sched = registry.get("allreduce", "ring").build(3, chunks=4)
     if rank == 2:
@@ -298,7 +341,7 @@ def killed_peer_job(rank: int) -> str:
 
         dist.isend = isend_then_die  # type: ignore[assignment]
     try:
-        run(sched, torch.ones(1 << 20), timeout=120)
+        run(sched, torch.ones(1 << 20), timeout=120, executor=executor)
     except RunError as e:
         return f"{type(e).__name__}: {e}"
     except Exception as e:
@@ -307,9 +350,10 @@ def killed_peer_job(rank: int) -> str:
 
 
 @pytest.mark.multiprocess
-def test_a_killed_peer_makes_the_others_fail_naming_it() -> None:
+@pytest.mark.parametrize("executor", ["dataflow", "grouped"])
+def test_a_killed_peer_makes_the_others_fail_naming_it(executor: str) -> None:
     with pytest.raises(SpawnError) as info:
-        spawn(killed_peer_job, 3, timeout=200)
+        spawn(killed_peer_job, 3, executor, timeout=200)
     outcomes = info.value.outcomes
     assert outcomes[2].exitcode == -signal.SIGKILL
     for o in outcomes[:2]:
@@ -318,7 +362,7 @@ def test_a_killed_peer_makes_the_others_fail_naming_it() -> None:
         assert "peer rank 2" in o.value and "step" in o.value, o.value
 
 
-def silent_peer_job(rank: int, stall: bool) -> str:
+def silent_peer_job(rank: int, stall: bool, executor: str = "dataflow") -> str:
     """Rank 1 never joins the run, or (``stall``) joins and stops after its first send; it stays alive."""
     sched = registry.get("allreduce", "ring").build(2, chunks=2)
     # Line the ranks up first: on a loaded machine one can start seconds after the other, and rank 0's
@@ -339,24 +383,28 @@ def silent_peer_job(rank: int, stall: bool) -> str:
 
         dist.isend = isend_then_stall  # type: ignore[assignment]
         try:
-            run(sched, torch.ones(100), timeout=60)
+            run(sched, torch.ones(100), timeout=60, executor=executor)
         except KeyboardInterrupt:
             return "stalled"
     try:
-        run(sched, torch.ones(100), timeout=1.5)
+        run(sched, torch.ones(100), timeout=1.5, executor=executor)
     except RunTimeout as e:
         return f"{type(e).__name__}: {e}"
     return "finished"
 
 
 @pytest.mark.multiprocess
-def test_a_run_that_cannot_finish_times_out_naming_step_and_peer() -> None:
-    absent, stalled = (spawn(silent_peer_job, 2, stall, timeout=200) for stall in (False, True))
-    assert absent[1] == "stayed out" and stalled[1] == "stalled"
-    assert absent[0].startswith("RunTimeout"), absent[0]
-    assert "before step 0" in absent[0] and "peer rank 1" in absent[0], absent[0]
+@pytest.mark.parametrize("executor", ["dataflow", "grouped"])
+def test_a_run_that_cannot_finish_times_out_naming_step_and_peer(executor: str) -> None:
+    stalled = spawn(silent_peer_job, 2, True, executor, timeout=200)
+    assert stalled[1] == "stalled"
     assert stalled[0].startswith("RunTimeout"), stalled[0]
     assert "step 0 transfer" in stalled[0] and "peer rank 1" in stalled[0] and "1.5 s" in stalled[0], stalled[0]
+    if executor == "dataflow":  # a peer that never calls run() fails the metadata check, whatever the executor
+        absent = spawn(silent_peer_job, 2, False, timeout=200)
+        assert absent[1] == "stayed out"
+        assert absent[0].startswith("RunTimeout"), absent[0]
+        assert "before step 0" in absent[0] and "peer rank 1" in absent[0], absent[0]
 
 
 def test_run_needs_an_initialised_group() -> None:
