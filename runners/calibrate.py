@@ -583,8 +583,9 @@ def tune(machine: Any, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | Non
     chunks in ``TUNE_CHUNKS``) with the least simulated time; neighbouring sizes with the same choice make
     one rule, which covers calls up to its largest size (the last: every size). Where the policy's built-in
     default (or the previous size's choice) is within 1% of the least time, it is kept."""
-    from runners.policy import Policy
+    from runners.policy import DEFAULTS, Policy
 
+    hand_made = Policy(dict(DEFAULTS))
     rules: dict[str, list[dict[str, Any]]] = {}
     for kind in kinds or registry.kinds():
         cands: list[tuple[str, int, Schedule]] = []
@@ -601,7 +602,7 @@ def tune(machine: Any, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | Non
                 continue
             best = min(times, key=lambda k: times[k])  # the first of equals, in registry order
             # Within 1% of the best the model cannot tell: keep the built-in default's choice, else the band's.
-            d = Policy.defaults().choose(kind, size, p)
+            d = hand_made.choose(kind, size, p)
             for keep in ((d.algorithm, dict(d.params).get("chunks", 1)),
                          (picks[-1][0], picks[-1][1]) if picks else None):
                 if keep in times and times[keep] <= 1.01 * times[best]:
