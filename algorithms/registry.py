@@ -47,7 +47,7 @@ class Cost:
     """Closed-form α-β-γ cost: time = steps·α + bytes·β + reduced·γ on the critical path.
 
     Each function takes ``(p, n, params)``: world size, message size in bytes
-    (nccl-tests convention, docs/design.md) and the algorithm's parameters
+    (nccl-tests convention, docs/design.md, "Sizes and bandwidths") and the algorithm's parameters
     (``chunks`` and any others). In the lockstep model of a schedule, with
     one send and one receive port per rank:
 

@@ -1,6 +1,6 @@
 """A vectorised engine: the simpy engine's times without a Python event per transfer.
 
-Same model as ``sim.engine`` (docs/design.md, Simulation): a transfer starts
+Same model as ``sim.engine`` (docs/design.md, "The simulator"): a transfer starts
 (lockstep: when its step starts; dataflow: when its dependencies have ended),
 waits its pre-delay (endpoint overhead, stragglers), streams its bytes as a
 flow over its route, waits the route's latency, reduces at the destination

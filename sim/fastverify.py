@@ -13,7 +13,7 @@ executed as numpy operations; reductions into a slot that several transfers
 of the step reduce into, and anything touching a spilled slot, go through
 ``sim.semantics.combine`` one chunk at a time, in program order.
 
-The semantics are ``sim.verify.execute``'s (docs/design.md, step semantics):
+The semantics are ``sim.verify.execute``'s (docs/design.md, "Step semantics"):
 reads see the state at the step's start; the first copy to a slot in a step
 wins and any other write to that slot in the step is a race and is skipped;
 reductions combine in program order; reading an empty slot, reducing into one

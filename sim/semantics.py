@@ -1,6 +1,6 @@
 """Symbolic state of a schedule, and the step semantics every executor shares.
 
-The write rule (docs/design.md, step semantics), here once and used by the
+The write rule (docs/design.md, "Step semantics"), here once and used by the
 verifier (lockstep), ``sim.dataflow.execute_in_order`` and the simulator's
 symbolic payloads: a transfer reads its source when it starts (in lockstep,
 every read of a step sees the state at the start of the step) and writes its

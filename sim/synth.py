@@ -4,7 +4,7 @@
 simulates, exports and runs like any library algorithm) for allgather,
 reducescatter, allreduce, broadcast and reduce.
 
-Method (docs/design.md, Bounds and synthesis). Every transfer is a
+Method (docs/design.md, "Bounds and synthesis"). Every transfer is a
 GPU-to-GPU message along the route the simulator gives that pair
 (``Topology.route``: the explicit route table, else the shortest path), so a
 switch never stores or copies data: a tree edge u -> v through switches is

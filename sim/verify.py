@@ -1,7 +1,7 @@
 """Symbolic verification of schedules against their collective's postcondition.
 
 ``verify(schedule)`` executes the schedule in lockstep on symbolic contents
-(docs/design.md, step semantics; the write rule is ``sim.semantics.combine``):
+(docs/design.md, "Step semantics"; the write rule is ``sim.semantics.combine``):
 reads in a step see the state at its start and writes land at its end; a
 slot written by a ``copy`` is written by nothing else in that step; a
 ``reduce`` needs disjoint contributions (except for barrier tokens); reading

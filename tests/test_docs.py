@@ -70,6 +70,32 @@ def test_the_reference_check_catches_a_bad_reference(tmp_path: Path) -> None:
     assert len(found) == 1 and found[0].startswith("bad.py:1:"), found
 
 
+# A citation: the design's path, then a comma or an opening parenthesis, then the heading in double quotes
+# (line breaks and comment markers in between are rejoined first).
+_CITATION = re.compile(r'docs/design\.md(?:,|\s*\()\s*"([^"]+)"')
+
+
+def cited_sections(files: list[Path], root: Path = ROOT) -> list[tuple[str, str]]:
+    """``(path, section)`` for every quoted section name cited after docs/design.md."""
+    cited: list[tuple[str, str]] = []
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        text = re.sub(r"\s*\n\s*(?:#\s*)?", " ", text)  # rejoin names wrapped over lines (and comment lines)
+        cited.extend((str(path.relative_to(root)), name) for name in _CITATION.findall(text))
+    return cited
+
+
+def test_cited_sections_of_the_design_exist() -> None:
+    headings = {h.strip().lower() for h in re.findall(r"^#+ (.+)$", DESIGN.read_text(encoding="utf-8"), flags=re.M)}
+    cited = cited_sections(_text_files())
+    assert len(cited) >= 5, cited  # the docstrings that cite sections are found at all
+    missing = [f"{path}: {name!r}" for path, name in cited if name.lower() not in headings]
+    assert missing == [], f"sections cited but not headings of docs/design.md: {missing}"
+
+
 def _json_examples() -> dict[str, str]:
     """The ``json`` fenced blocks of docs/design.md, keyed by their ``format``."""
     blocks = re.findall(r"^```json\n(.*?)^```", DESIGN.read_text(encoding="utf-8"), flags=re.S | re.M)
