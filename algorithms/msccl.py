@@ -51,7 +51,7 @@ from algorithms.registry import no_gc
 __all__ = [
     "Finding", "Program", "ProgramGpu", "ProgramTb", "ProgramStep",
     "parse_msccl", "load_msccl", "loads_msccl", "to_schedule", "check_msccl", "dumps_msccl", "save_msccl",
-    "looks_like_xml", "COLLS", "MAX_CNT", "PROTO_SLOTS",
+    "looks_like_xml", "stage_reductions", "COLLS", "MAX_CNT", "PROTO_SLOTS",
 ]
 
 MAX_CNT = 71
@@ -1645,15 +1645,63 @@ def _prune(ops: list[_Op], tbs: list[list[tuple[int, int, int]]]) -> list[list[l
     return programs
 
 
+def stage_reductions(schedule: Schedule) -> Schedule:
+    """The schedule with concurrent remote reductions into one slot received into scratch, then added locally.
+
+    When several transfers of a step reduce into the same destination from
+    different ranks, MSCCL must run them one after another (each ``rrc`` reads,
+    adds and writes the slot), so each waits for the previous message. Staged,
+    the messages land concurrently in fresh scratch slots (``r``) and a local
+    step right after adds them (``re``, cheap and in order). Same result
+    (``verify`` agrees), one local step more per staged step, and the
+    transfers between ranks are unchanged in size and step.
+    """
+    groups: list[dict[tuple[int, Buf, int, int], list[int]]] = []
+    for step in schedule.steps:
+        g: dict[tuple[int, Buf, int, int], list[int]] = {}
+        for i, t in enumerate(step.transfers):
+            if t.op is Op.REDUCE and t.src != t.dst:
+                g.setdefault((t.dst, t.dst_buf, t.dst_index, t.count), []).append(i)
+        groups.append({k: v for k, v in g.items() if len(v) > 1})
+    if not any(groups):
+        return schedule
+    need = 0
+    for g in groups:
+        per_rank: dict[int, int] = {}
+        for (dst, _b, _i, n), idx in g.items():
+            per_rank[dst] = per_rank.get(dst, 0) + n * len(idx)
+        need = max([need, *per_rank.values()])
+    base = schedule.scratch_chunks
+    steps: list[Step] = []
+    for step, g in zip(schedule.steps, groups, strict=True):
+        if not g:
+            steps.append(step)
+            continue
+        staged: dict[int, tuple[Transfer, Transfer]] = {}
+        used: dict[int, int] = {}
+        for (dst, b, i, n), idx in g.items():
+            for j in idx:
+                t = step.transfers[j]
+                at = base + used.get(dst, 0)
+                used[dst] = used.get(dst, 0) + n
+                staged[j] = (t._replace(dst_buf=Buf.SCRATCH, dst_index=at, op=Op.COPY),
+                             Transfer(dst, dst, Buf.SCRATCH, at, b, i, n, Op.REDUCE))
+        steps.append(Step(tuple(staged[j][0] if j in staged else t for j, t in enumerate(step.transfers))))
+        steps.append(Step(tuple(staged[j][1] for j in sorted(staged))))
+    return Schedule(schedule.collective, schedule.name, tuple(steps), base + need)
+
+
 def dumps_msccl(schedule: Schedule, *, name: str | None = None, proto: str = "Simple", nchannels: int = 1,
-                min_bytes: int = 0, max_bytes: int = 0, max_steps: int = 64) -> str:
+                min_bytes: int = 0, max_bytes: int = 0, max_steps: int = 64, staged: bool = False) -> str:
     """The schedule as MSCCL-IR XML the MSCCL executor (NCCL) and RCCL accept as written (module docstring).
 
     ``proto``: Simple, LL or LL128. ``nchannels``: spread connections over at
     least this many channels (more are used where a thread block would exceed
     ``max_steps`` steps, the executor's MSCCL_MAX_NUM_STEPS, or a channel would
     get more than 32 senders or receivers). ``min_bytes``/``max_bytes``: the
-    call sizes the executor picks this algorithm for (0: unlimited). Allreduce
+    call sizes the executor picks this algorithm for (0: unlimited). ``staged``:
+    write ``stage_reductions(schedule)`` (concurrent reductions into one slot
+    received into scratch and added locally, instead of taking turns). Allreduce
     is written in-place (collsched's all-reduce is), the other kinds
     out-of-place. Kinds MSCCL-IR cannot express (rooted kinds: the format has
     no root; barrier) raise ``ScheduleError``.
@@ -1670,6 +1718,8 @@ def dumps_msccl(schedule: Schedule, *, name: str | None = None, proto: str = "Si
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ScheduleError(f"{label} must be an integer >= {low}, got {v!r}")
     p = coll.ranks
+    if staged:
+        schedule = stage_reductions(schedule)
     with no_gc():
         ops = _export_ops(schedule)
         per_tb = max_steps

@@ -12,6 +12,7 @@ Prints three tables:
    thread blocks run their steps in order and wait where ``depid`` says, which can only add
    waits to the schedule's own dataflow (``load_msccl``'s thread-block order, fed to the
    simulator's dataflow readiness in place of the schedule's own dependencies plus it).
+   "staged" rows export with ``staged=True`` (``algorithms.msccl.stage_reductions``).
 
 The corpus is read from ``../shared/foreign/msccl`` beside the repository unless --corpus names it.
 """
@@ -82,15 +83,15 @@ def speed(corpus: Path, repeat: int) -> None:
           f"{len(dumps_msccl(ring)) / 1e6:.1f} MB |")
 
 
-def round_trips(cases: list[tuple[str, str, int, int]], topo_of: dict[int, Topology], sizes: list[int]) -> None:
+def round_trips(cases: list[tuple[str, str, int, int, bool]], topo_of: dict[int, Topology], sizes: list[int]) -> None:
     print()
     print("| schedule | size | lockstep s | round trip lockstep s | equal | dataflow s | XML thread-block order s"
           " | cost |")
     print("|---|---|---|---|---|---|---|---|")
-    for kind, name, p, chunks in cases:
+    for kind, name, p, chunks, staged in cases:
         s = build(kind, name, p, chunks=chunks)
         order: list[tuple[int, ...]] = []
-        s2 = to_schedule(parse_msccl(dumps_msccl(s)), order=order)
+        s2 = to_schedule(parse_msccl(dumps_msccl(s, staged=staged)), order=order)
         topo = topo_of[p]
         for size in sizes:
             a = simulate(s, topo, size, mode="lockstep").time
@@ -99,7 +100,8 @@ def round_trips(cases: list[tuple[str, str, int, int]], topo_of: dict[int, Topol
             with with_extra_order(order):
                 e = simulate(s2, topo, size, mode="dataflow").time
             same = abs(a - b) <= 1e-9 * max(a, 1e-30)
-            print(f"| {kind} {name} p={p} chunks={chunks} | {size} | {a:.4e} | {b:.4e} | {'yes' if same else 'NO'} "
+            label = f"{kind} {name} p={p} chunks={chunks}{' staged' if staged else ''}"
+            print(f"| {label} | {size} | {a:.4e} | {b:.4e} | {'yes' if same else 'NO'} "
                   f"| {d:.4e} | {e:.4e} | {100 * (e / d - 1):+.1f}% |")
 
 
@@ -109,7 +111,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     speed(args.corpus, args.repeat)
-    cases = [("allreduce", n, 8, c) for n in ("ring", "recursive_doubling", "direct") for c in (1, 4)]
+    cases = [("allreduce", n, 8, c, False) for n in ("ring", "recursive_doubling", "direct") for c in (1, 4)]
+    cases += [("allreduce", "direct", 8, c, True) for c in (1, 4)]
     round_trips(cases, {8: fully_connected(8)}, [1 << 10, 1 << 20, 64 << 20])
 
 

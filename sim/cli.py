@@ -249,7 +249,7 @@ def _print_findings(args: argparse.Namespace, findings: Sequence[Any], head: str
 def _save(schedule: Schedule, args: argparse.Namespace) -> None:
     """Write ``schedule`` to ``args.output``: MSCCL-IR for --format msccl or a .xml name, else JSON."""
     fmt = args.format or ("msccl" if fileformat.is_xml_path(args.output) else "json")
-    msccl_opts = {k: getattr(args, k) for k in ("proto", "nchannels", "min_bytes", "max_bytes")
+    msccl_opts = {k: getattr(args, k) for k in ("proto", "nchannels", "min_bytes", "max_bytes", "staged")
                   if getattr(args, k, None) is not None}
     for k in ("min_bytes", "max_bytes"):
         if k in msccl_opts:
@@ -279,6 +279,9 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
                    help="MSCCL-IR: smallest call the executor picks it for (default 0)")
     p.add_argument("--max-bytes", default=None, metavar="SIZE",
                    help="MSCCL-IR: largest call the executor picks it for (default 0: unlimited)")
+    p.add_argument("--staged", action="store_const", const=True, default=None,
+                   help="MSCCL-IR: receive concurrent reductions into one slot into scratch and add them locally "
+                        "(instead of one rrc after another)")
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:

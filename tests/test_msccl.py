@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from algorithms import Buf, Kind, ScheduleError, build, fileformat, registry
 from algorithms.msccl import (
     MAX_CNT,
+    Program,
     check_msccl,
     dumps_msccl,
     load_msccl,
@@ -218,6 +219,37 @@ def test_ring_at_64_ranks_fits_the_executor_limits() -> None:
     for attr in ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
                  "minBytes", "maxBytes"):
         assert f" {attr}=" in algo.group(0)
+
+
+@pytest.mark.parametrize(("kind", "name"), _library(MSCCL_KINDS))
+def test_staged_reductions_keep_the_result(kind: str, name: str) -> None:
+    from algorithms.msccl import stage_reductions
+
+    alg = registry.get(kind, name)
+    for p in (3, 4, 8):
+        if alg.unsupported(p, {"chunks": 2}) is not None:
+            continue
+        s = build(kind, name, p, chunks=2)
+        staged = stage_reductions(s)
+        assert verify(staged).ok and _final(staged) == _final(s)
+        text = dumps_msccl(s, staged=True)
+        assert check_msccl(text) == []
+        assert _final(loads_msccl(text)) == _final(s)
+        # Same messages between ranks, in the same order of steps (staged steps add only local work).
+        remote = [sorted((t.src, t.dst, t.count) for t in x.transfers if t.src != t.dst) for x in s.steps]
+        remote2 = [sorted((t.src, t.dst, t.count) for t in x.transfers if t.src != t.dst) for x in staged.steps]
+        assert [r for r in remote2 if r] == [r for r in remote if r]
+
+
+def test_staging_takes_direct_allreduce_off_the_rrc_chain() -> None:
+    s = build("allreduce", "direct", 4)
+    plain = parse_msccl(dumps_msccl(s))
+    staged = parse_msccl(dumps_msccl(s, staged=True))
+    def types(pr: Program) -> list[str]:
+        return sorted(st.type for g in pr.gpus.values() for t in g.tbs for st in t.steps)
+    # Direct reduce-scatter: each rank receives p-1 = 3 contributions into its own piece, then all-gather.
+    assert types(plain).count("rrc") == 4 * 3 and "re" not in types(plain)
+    assert "rrc" not in types(staged) and types(staged).count("re") == 4 * 3
 
 
 def test_large_counts_are_split_below_the_executor_limit() -> None:
@@ -604,6 +636,9 @@ def test_cli_verify_export_convert(tmp_path: Path, capsys: pytest.CaptureFixture
     assert 'proto="LL128"' in head and 'minBytes="1024"' in head and 'maxBytes="4194304"' in head
     assert main(["verify", "--file", str(xml)]) == 0
     assert "OK" in capsys.readouterr().out
+    assert main(["export", "-c", "allreduce", "-a", "direct", "-p", "4", "-o", str(tmp_path / "d.xml"),
+                 "--staged"]) == 0
+    assert 'type="re"' in (tmp_path / "d.xml").read_text()
     assert main(["convert", str(xml), str(tmp_path / "ring.json")]) == 0
     assert json.loads((tmp_path / "ring.json").read_text())["format"] == "collsched.schedule/1"
     assert main(["convert", str(tmp_path / "ring.json"), str(tmp_path / "ring.sched"), "--format", "msccl"]) == 0
