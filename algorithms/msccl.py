@@ -13,17 +13,20 @@ describes the mapping onto collsched's steps in full; in short:
   forward without storing) goes through a fresh scratch slot. Each transfer is
   placed at the earliest lockstep step consistent with every happens-before edge
   (thread-block order, ``depid``, message matching) and with the lockstep rule
-  that a step's reads see the state at its start: it follows the steps that wrote
-  what it reads or writes, and may share a step with one that only read.
+  that a step's reads see the state at its start (``_Leveler``). Sends are
+  buffered: a message carries the value its sender read, staged through scratch
+  when the source is overwritten before the receiver takes it.
 - **Export** (``save_msccl``): each remote transfer becomes an ``s`` on the sender
   and an ``r`` (copy) or ``rrc`` (reduce) on the receiver, each local one a
   ``cpy``/``re``; thread blocks have one peer each; dependencies are the schedule's
   dataflow (read-after-write, write-after-write, write-after-read), pruned of
-  those implied by others, carried by ``depid``/``deps`` and ``nop``s.
+  those implied by others, carried by ``depid``/``deps`` and ``nop``s, plus a wait
+  that keeps a transfer out of earlier steps than the schedule's.
 - **Check** (``check_msccl``): what would stop the executor or hang it: missing
-  attributes, shared connections, unmatched or mismatched sends and receives,
-  dependencies that are never released, and a run with the runtime's bounded
-  buffering (2 messages per connection for Simple, 8 for LL/LL128) that stalls.
+  attributes, shared connections, limits, unmatched or mismatched sends and
+  receives, dependencies that are never released, a run with the runtime's
+  bounded buffering (2 messages per connection for Simple, 8 for LL/LL128) that
+  stalls, and races between thread blocks of one GPU.
 
 The parser is expat with DOCTYPE declarations rejected (so no entity of any kind
 is expanded and nothing external is read); every failure is a ``ScheduleError``.
