@@ -66,16 +66,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
+from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Kind
 from runners import direct
 from runners.autoload import BACKEND_NAME, register
+from runners.errors import RunTimeout
 from runners.inner_groups import forget_inner_group, inner_group
 from runners.policy import P2P, Choice, Policy, schedule
 from runners.runner import run
 from runners.work import CollschedWork, IssueQueue, Job, JobState
 
-__all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "create", "register", "settle"]
+__all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "MonitoredBarrierError", "create", "register",
+           "settle"]
 
 _R = dist.ReduceOp
 ENV_CHECK = "COLLSCHED_CHECK"
@@ -84,6 +87,10 @@ _SHUTDOWN_TIMEOUT_S = 30.0
 
 
 # --------------------------------------------------------------------------- the process group
+
+
+class MonitoredBarrierError(RunTimeout):
+    """``monitored_barrier`` failed: on rank 0 the message names the ranks that did not arrive."""
 
 
 def _op_of(opts: Any) -> dist.ReduceOp.RedOpType:
@@ -231,10 +238,14 @@ class CollschedProcessGroup(dist.ProcessGroup):
             "cpu-p2p": inner_group(store, rank, size, timeout, "cpu", self._global_ranks, "cpu-p2p"),
         }
         if torch.cuda.is_available() and dist.is_nccl_available():
-            self._inner["cuda"] = inner_group(store, rank, size, timeout, "cuda", self._global_ranks, "cuda")
+            # Eager, as torch's own subgroups are, when the default group is bound to a device.
+            bound = getattr(c10d._world.default_pg, "bound_device_id", None) if dist.is_initialized() else None
+            self._inner["cuda"] = inner_group(store, rank, size, timeout, "cuda", self._global_ranks, "cuda",
+                                              bound_device=bound)
         self._queue = IssueQueue(f"r{rank}")
         self._streams: dict[int, Any] = {}
         self._coalesced: list[JobState] | None = None
+        self._monitored = 0  # monitored_barrier calls so far (every rank counts alike)
         self._closed = False
         self.executed: collections.Counter[str] = collections.Counter()
         """How many collectives ran each way, as ``kind/algorithm`` (``p2p``: the direct fallback)."""
@@ -399,7 +410,19 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     @_collective("allreduce", _c10d.AllreduceOptions, lambda tensors: tensors, reduces=True)
     def allreduce(self, call: _Call, tensors: list[torch.Tensor]) -> Job:
-        """``dist.all_reduce``: the allreduce schedule, in place."""
+        """``dist.all_reduce``: the allreduce schedule, in place; sparse tensors go to the inner backend."""
+        if any(t.layout is not torch.strided for t in tensors):
+            # gloo all-reduces sparse COO tensors (SUM) itself; no schedule covers them. In the job, so that
+            # it runs in issue order and never beside a schedule on the same inner group.
+            group, opts = call.group, call.opts
+
+            def sparse_job() -> list[torch.Tensor]:
+                self.executed[f"{Kind.ALLREDUCE}/sparse:inner"] += 1
+                work = group.allreduce(tensors, opts)
+                work.wait()
+                return list(work.result()) or tensors
+
+            return sparse_job
 
         def job() -> list[torch.Tensor]:
             for t in tensors:
@@ -768,6 +791,80 @@ class CollschedProcessGroup(dist.ProcessGroup):
 
     def _p2p(self, device: str) -> dist.ProcessGroup:
         return self._inner["cpu-p2p"] if device == "cpu" else self._group(device)
+
+    def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
+        """``pg.monitored_barrier``, with gloo's semantics: rank 0 names the ranks that do not arrive.
+
+        Every rank but 0 reports its arrival and waits for rank 0's release;
+        rank 0 waits for each arrival in rank order, up to ``timeout`` (default:
+        the group's) in all, and raises ``MonitoredBarrierError`` naming the
+        first rank that did not arrive (every such rank with
+        ``wait_all_ranks``). The others then time out, naming rank 0. Like
+        gloo's, it runs at once on the calling thread (not behind queued
+        collectives) and moves no tensor: the arrivals go through the group's
+        store, so it needs no connection to a rank that is missing.
+        ``dist.monitored_barrier`` refuses every backend but gloo by name;
+        call this method on the group (``dist.group.WORLD.monitored_barrier()``).
+        """
+        seconds = (timeout if isinstance(timeout, timedelta) and timeout > timedelta(0) else self._timeout)
+        limit = seconds.total_seconds()
+        ms = int(limit * 1000)
+        n = self._monitored
+        self._monitored += 1
+        me, p = self.rank(), self.size()
+        key = f"collsched/monitored_barrier/{n}"
+
+        def name(r: int) -> str:
+            return f"rank {r} (global rank {self._global_ranks[r]})"
+
+        if me != 0:
+            self._store.set(f"{key}/arrived/{me}", "1")
+            try:
+                self._store.wait([f"{key}/released"], timedelta(seconds=limit))
+            except Exception as e:  # the store raises its own timeout error
+                raise MonitoredBarrierError(
+                    f"[Rank {me}]: monitoredBarrier: {name(0)} did not release the barrier in {ms} ms (it failed, "
+                    f"or other ranks did not arrive) ({str(e).strip().splitlines()[0] if str(e).strip() else e!r})"
+                ) from e
+            return
+        deadline = time.monotonic() + limit
+        missing: list[int] = []
+        for r in range(1, p):
+            arrived = f"{key}/arrived/{r}"
+            left = deadline - time.monotonic()
+            try:
+                if left > 0:
+                    self._store.wait([arrived], timedelta(seconds=left))
+                elif not self._store.check([arrived]):
+                    raise TimeoutError
+            except Exception:
+                missing.append(r)
+                if not wait_all_ranks:
+                    break
+        if missing:
+            which = (f"Rank {missing[0]}" if len(missing) == 1 else
+                     "Ranks " + ", ".join(str(r) for r in missing))
+            raise MonitoredBarrierError(
+                f"[Rank 0]: {which} failed to pass monitoredBarrier in {ms} ms "
+                f"({', '.join(name(r) for r in missing)} did not arrive)")
+        for r in range(1, p):
+            try:
+                self._store.delete_key(f"{key}/arrived/{r}")
+            except Exception:  # a store without delete_key keeps a few bytes per barrier
+                break
+        self._store.set(f"{key}/released", "1")
+
+    def _get_backend(self, device: torch.device) -> Any:
+        """The inner backend that moves ``device``'s tensors at the transport level (CUDA: the inner nccl).
+
+        torch asks for it in ``init_process_group(..., device_id=...)`` to connect the communicator
+        eagerly (``eager_connect_single_device``); without this, that call failed with "No backend type
+        associated with device type cuda". Other device types raise as torch's own method does.
+        """
+        kind = torch.device(device).type
+        if kind == "cuda" and "cuda" in self._inner:
+            return self._inner["cuda"]._get_backend(torch.device(device))
+        raise RuntimeError(f"No backend type associated with device type {kind}")
 
     # ------------------------------------------------------------------ checks
 
