@@ -57,7 +57,11 @@ def init(backend: str | None = None, *, timeout: float | None = None) -> tuple[i
     """Initialise the default process group from torchrun's environment; returns (rank, world size).
 
     ``backend`` defaults to nccl when CUDA is available and gloo otherwise.
-    With nccl, the current CUDA device becomes ``LOCAL_RANK``'s. Already
+    With nccl, the current CUDA device becomes ``LOCAL_RANK``'s and is passed
+    as ``device_id``: torch then makes the group's nccl communicator at once
+    (eager initialisation), so every later operation, point-to-point included,
+    runs on it. With collsched on a machine with a GPU per local rank, the same
+    ``device_id`` makes collsched's inner nccl group connect eagerly. Already
     initialised: returns the current rank and size.
     """
     import torch
@@ -74,8 +78,10 @@ def init(backend: str | None = None, *, timeout: float | None = None) -> tuple[i
     kwargs: dict[str, Any] = {}
     if timeout is not None:
         kwargs["timeout"] = timedelta(seconds=timeout)
-    if "nccl" in backend:
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+    gpu_per_rank = torch.cuda.is_available() and local_world <= torch.cuda.device_count()
+    if "nccl" in backend or ("collsched" in backend and gpu_per_rank and dist.is_nccl_available()):
         torch.cuda.set_device(local_rank)
         kwargs["device_id"] = torch.device("cuda", local_rank)
     dist.init_process_group(backend, **kwargs)
