@@ -125,11 +125,12 @@ def _native(kind: Kind, p: int, rank: int, root: int | None, x: Any, out: Any) -
     return lambda: dist.barrier()
 
 
-def _scheduled(schedule: Schedule, x: Any, out: Any, timeout: float | None, check: bool) -> Callable[[], None]:
+def _scheduled(schedule: Schedule, x: Any, out: Any, timeout: float | None, check: bool,
+               executor: str = "auto") -> Callable[[], None]:
     from runners.runner import run
 
     def call() -> None:
-        run(schedule, x, out, timeout=timeout, check=check)
+        run(schedule, x, out, timeout=timeout, check=check, executor=executor)
 
     return call
 
@@ -161,8 +162,10 @@ def _wrong(result: Any, expected: Any) -> int:
 
 
 def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32", iters: int = 20, warmup: int = 5,
-            timeout: float | None = None, check: bool = True) -> list[dict[str, Any]]:
-    """Run the benchmark on the current process group; every rank gets the same rows."""
+            timeout: float | None = None, check: bool = True, executor: str = "auto") -> list[dict[str, Any]]:
+    """Run the benchmark on the current process group; every rank gets the same rows.
+
+    ``check`` and ``executor`` are ``run``'s; the defaults are what a user of ``run`` gets."""
     import torch
     import torch.distributed as dist
 
@@ -193,14 +196,14 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
             xi = None if x is None else x.clone()
             oi = None if out is None else out.clone()
             if side == "schedule":
-                run(schedule, xi, oi, timeout=timeout)
+                run(schedule, xi, oi, timeout=timeout, executor=executor)
             else:
                 _native(kind, p, rank, root, xi, oi)()
             sync()
             wrong.append(_wrong(xi if coll.in_place else oi, expected))
         if x is not None:
             x.zero_()
-        t_sched, t_native = _times([_scheduled(schedule, x, out, timeout, check),
+        t_sched, t_native = _times([_scheduled(schedule, x, out, timeout, check, executor),
                                     _native(kind, p, rank, root, x, out)], iters, warmup, sync)
         stats = torch.tensor([*t_sched, *t_native], dtype=torch.float64, device=device)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
@@ -212,13 +215,23 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
         factor = bus_factor(kind, p)
         alg_s, alg_n = nbytes / med_s / 1e9, nbytes / med_n / 1e9
         rows.append({
-            "checked": check, "collective": kind.value, "algorithm": schedule.name, "ranks": p, "chunks": coll.chunks,
+            "checked": check, "executor": _chosen(executor, device, kind),
+            "collective": kind.value, "algorithm": schedule.name, "ranks": p, "chunks": coll.chunks,
             "size": nbytes, "count": n * (p if wide else 1), "type": dtype,
             "time_us": med_s * 1e6, "algbw": alg_s, "busbw": alg_s * factor, "wrong": int(counts[0]),
             "native_time_us": med_n * 1e6, "native_algbw": alg_n, "native_busbw": alg_n * factor,
             "native_wrong": int(counts[1]), "ratio": med_n / med_s,
         })
     return rows
+
+
+def _chosen(executor: str, device: Any, kind: Kind) -> str:
+    """The executor ``run`` uses for ``executor`` here (``auto`` resolved as the runner resolves it)."""
+    from runners.runner import AUTO_CPU
+
+    if executor != "auto":
+        return executor
+    return "grouped" if device.type == "cuda" else AUTO_CPU.get(kind, "dataflow")
 
 
 def max_difference(schedule: Schedule, size: int, *, dtype: str = "float32", seed: int = 0,
@@ -279,8 +292,10 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return "(no sizes)"
     r0 = rows[0]
+    check = "on (run's default)" if r0.get("checked", True) else "off (--no-check)"
     lines = [f"# collsched bench: {r0['collective']} / {r0['algorithm']} (C={r0['chunks']}) vs torch native, "
              f"{r0['ranks']} ranks; time is the median of the slowest rank's",
+             f"# executor {r0.get('executor', 'auto')}; cross-rank argument check {check}",
              f"#{'':>36}{'schedule':^40}{'torch native':^40}",
              f"#{'size':>12} {'count':>12} {'type':>9}" + f"{'time':>10} {'algbw':>9} {'busbw':>9} {'#wrong':>9}" * 2
              + f" {'ratio':>7}",
@@ -309,7 +324,10 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", "-d", default="float32", help="element type (default float32)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a run gives up")
     parser.add_argument("--no-check", dest="check", action="store_false",
-                        help="time runs without the cross-rank argument check (run(check=False))")
+                        help="time runs without the cross-rank argument check (run(check=False)); by default "
+                             "it is on, as for any caller of run()")
+    parser.add_argument("--executor", choices=["auto", "grouped", "dataflow"], default="auto",
+                        help="run()'s executor (default auto: grouped on nccl; on gloo what measured faster)")
     add_common_args(parser, json_help='print {"ok", "rows": [...]} instead of the table; ok: #wrong is 0 '
                                       'everywhere')
 
@@ -346,7 +364,7 @@ def _refuse(report: Any, as_json: bool, prog: str) -> int:
 def _worker(rank: int, schedule: Schedule, args: argparse.Namespace) -> list[dict[str, Any]]:
     registry.import_modules(args.imports)  # the user's modules in every rank, as in the parent
     return measure(schedule, parse_sizes(args.sizes), dtype=args.dtype, iters=args.iters, warmup=args.warmup,
-                   timeout=args.timeout, check=args.check)
+                   timeout=args.timeout, check=args.check, executor=args.executor)
 
 
 def _print(rows: list[dict[str, Any]], as_json: bool) -> int:
