@@ -24,6 +24,7 @@ def nccl_job(rank: int, dtypes: list[str]) -> list[str]:
     from tests import test_runner
 
     test_runner.DEVICE[0] = torch.device("cuda", torch.cuda.current_device())
+    test_runner.EXECUTORS = ("grouped",)  # nccl's path; "dataflow" is refused for CUDA tensors
     return test_runner.correctness_job(rank, dtypes, None, 11)
 
 
