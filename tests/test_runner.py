@@ -117,7 +117,7 @@ def native(kind: Kind, x: torch.Tensor | None, op: str, root: int | None, p: int
     return out
 
 
-EXECUTORS = ("dataflow", "grouped")  # tests/gpu sets ("grouped",): the only executor nccl takes
+EXECUTORS: tuple[str, ...] = ("dataflow", "grouped")  # tests/gpu sets ("grouped",): the only executor nccl takes
 
 
 def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, group: Any, exact: bool) -> str | None:
