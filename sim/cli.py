@@ -347,7 +347,15 @@ def _faults(args: argparse.Namespace) -> Any:
     return Faults(down=down, degraded=degraded, stragglers=stragglers)
 
 
+def add_routing_arg(p: argparse.ArgumentParser) -> None:
+    """--routing: the simulator's least-latency routes, or the widest ones (``sim.synth.widest_routes``)."""
+    p.add_argument("--routing", choices=("shortest", "widest"), default="shortest",
+                   help="message routes: least latency (default), or widest bottleneck where that is wider "
+                        "(e.g. NVSwitch rather than NICs inside a dgx-h100 node)")
+
+
 def _network_args(p: argparse.ArgumentParser) -> None:
+    add_routing_arg(p)
     p.add_argument("--topology", "-t", required=True, metavar="SPEC",
                    help=f"{_SPEC_FORMS}. Links run at 50 GB/s and 1 us unless --bandwidth/--latency say otherwise; "
                         "cluster: 450 GB/s, 0.5 us to the node switch and 50 GB/s, 1 us per NIC; dgx-h100: NCCL's "
@@ -410,10 +418,14 @@ def _topology(args: argparse.Namespace) -> Any:
     bw = parse_bandwidth(args.bandwidth) if args.bandwidth is not None else None
     lat = parse_duration(args.latency) if args.latency is not None else None
     topo = from_spec(args.topology, bandwidth=bw, latency=lat)
-    if args.placement == "identity":
-        return topo
-    return place(topo, placement(args.placement, topo, topo.ranks),
-                 name=f"{topo.name} placed {Path(args.placement).name}")
+    if args.placement != "identity":
+        topo = place(topo, placement(args.placement, topo, topo.ranks),
+                     name=f"{topo.name} placed {Path(args.placement).name}")
+    if getattr(args, "routing", "shortest") == "widest":
+        from sim.synth import widest_routes
+
+        topo = widest_routes(topo)
+    return topo
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
     collsched bound --collective K --topology SPEC --size S [--root R] [--json]
     collsched synthesize --collective K --topology SPEC [--root R] [--chunks k] -o F.json
-                         [--size S] [--json]
+                         [--size S] [--routing shortest|widest] [--json]
 
 ``bound`` prints the lower bound of ``sim.bounds`` and the vertex set whose
 out-links attain it; ``--json`` prints ``{"ok", "bound_s", "bandwidth_s",
@@ -10,7 +10,10 @@ out-links attain it; ``--json`` prints ``{"ok", "bound_s", "bandwidth_s",
 reference, for allreduce). ``synthesize`` packs a schedule onto the topology
 (``sim.synth``), verifies it, writes it (JSON, or MSCCL-IR for a .xml name),
 simulates it at ``--size`` (default 1GiB) and prints its transfers, steps,
-synthesis wall time, the bound and the simulated time. Building the parser
+synthesis wall time, the bound and the simulated time. ``--routing widest``
+(also on simulate and sweep) gives the topology explicit widest routes
+(``sim.synth.widest_routes``): the schedule is packed and simulated on them, and
+`simulate` and `sweep` need the same option to reproduce its time. Building the parser
 imports nothing heavy; the commands import sim.bounds / sim.synth when they run.
 """
 
@@ -51,9 +54,10 @@ def _root(kind: str, root: int | None) -> int | None:
 
 
 def _topology_args(p: argparse.ArgumentParser) -> None:
-    from sim.cli import _SPEC_FORMS
+    from sim.cli import _SPEC_FORMS, add_routing_arg
 
     p.add_argument("--topology", "-t", required=True, metavar="SPEC", help=f"topology: {_SPEC_FORMS}")
+    add_routing_arg(p)
     p.add_argument("--bandwidth", metavar="BW", help="set every link's bandwidth, e.g. 50GB/s")
     p.add_argument("--latency", metavar="T", help="set every link's latency, e.g. 1us")
     p.add_argument("--root", "-r", type=int, metavar="R", help="root rank for broadcast and reduce (default 0)")

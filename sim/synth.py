@@ -42,6 +42,7 @@ This module does not import torch.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -49,7 +50,7 @@ import numpy as np
 
 from algorithms.errors import CollschedError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
-from sim.topology import Topology
+from sim.topology import Node, Topology
 
 __all__ = ["SYNTH_KINDS", "SynthesisError", "Packing", "default_chunks", "pack", "synthesize"]
 
@@ -58,6 +59,13 @@ KAPPA = 30.0
 """Sharpness of the link prices: a link at 90% of the busiest costs exp(-3) of it."""
 PASSES = 3
 """Placements of every chunk: the first, then rip-up and re-place."""
+REGULAR = 0.06
+"""Use the star packing (every root sends to every rank directly) when its predicted time is within
+this fraction of the greedy packing's: the same load, but every chunk the same tree."""
+SYMMETRIC_MAX_RANKS = 64
+"""When every root has an automorphism of the topology taking the first root to it, the first root's
+trees mapped by those automorphisms are used instead if they predict no worse (within ``REGULAR``):
+every root then behaves alike, which the simulator's link sharing rewards (``_automorphisms``)."""
 LANES = 2
 """Messages one rank pair may have in flight."""
 
@@ -160,6 +168,7 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
             hit = loads[key] = routes.load(pairs)
         return hit
 
+    star = {r: np.full(n, r, dtype=np.int64) for r in roots}
     for p in range(max(1, passes)):
         for j in range(chunks):
             for r in roots:
@@ -175,7 +184,179 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
                 else:
                     trees[r][j] = parent
     np.maximum(load, 0.0, out=load)
-    return Packing(tuple(roots), chunks, inward, trees, float(load.max()) if load.size else 0.0)
+    greedy = float(load.max()) if load.size else 0.0
+    direct = sum((tree_load(star[r], r) for r in roots), np.zeros(routes.nl)) * chunks
+    if direct.size and float(direct.max()) <= greedy * (1 + REGULAR):
+        return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
+    perms = _automorphisms(topology, roots) if len(roots) > 1 and n <= SYMMETRIC_MAX_RANKS else None
+    if perms is not None:
+        sym, predicted = _pack_symmetric(routes, perms, roots, chunks, inward, passes, kappa)
+        if predicted <= greedy * (1 + REGULAR):
+            return Packing(tuple(roots), chunks, inward, sym, predicted)
+    return Packing(tuple(roots), chunks, inward, trees, greedy)
+
+
+def _map_tree(parent: np.ndarray, pm: np.ndarray) -> np.ndarray:
+    """The tree's image under the rank permutation pm: the parent of pm[v] is pm[parent[v]]."""
+    out = np.empty_like(parent)
+    out[pm] = pm[parent]
+    return out
+
+
+def _pack_symmetric(routes: _Routes, perms: dict[int, np.ndarray], roots: Sequence[int], chunks: int,
+                    inward: bool, passes: int, kappa: float) -> tuple[dict[int, list[np.ndarray]], float]:
+    """The greedy packing restricted to symmetric solutions: trees are chosen for the first root
+    only, priced and loaded as the sum of their images under ``perms`` (one per root), and every
+    root uses the images. Returns the trees of every root and the predicted max link load."""
+    n = routes.n
+    base = roots[0]
+    pms = [perms[r] for r in roots]
+    load = np.zeros(routes.nl)
+    chosen: list[np.ndarray] = []
+
+    def orbit_load(parent: np.ndarray) -> np.ndarray:
+        total = np.zeros(routes.nl)
+        for r, pm in zip(roots, pms, strict=True):
+            t = _map_tree(parent, pm)
+            kids = np.array([v for v in range(n) if v != r], dtype=np.int64)
+            par = t[kids]
+            total += routes.load(kids * n + par if inward else par * n + kids)
+        return total
+
+    cache: dict[bytes, np.ndarray] = {}
+    for p in range(max(1, passes)):
+        for j in range(chunks):
+            if p > 0:
+                load -= cache[chosen[j].tobytes()]
+            top = float(load.max()) if load.size else 0.0
+            y = np.exp(kappa * (load / top - 1.0)) if top > 0 else np.ones(routes.nl)
+            price = routes.prices(y)
+            np.fill_diagonal(price, 0.0)
+            orbit = sum((price[np.ix_(pm, pm)] for pm in pms), np.zeros((n, n)))
+            np.fill_diagonal(orbit, np.inf)
+            parent = _grow(orbit, base, inward)
+            key = parent.tobytes()
+            if key not in cache:
+                cache[key] = orbit_load(parent)
+            load += cache[key]
+            if p == 0:
+                chosen.append(parent)
+            else:
+                chosen[j] = parent
+    np.maximum(load, 0.0, out=load)
+    trees = {r: [_map_tree(t, pm) for t in chosen] for r, pm in zip(roots, pms, strict=True)}
+    return trees, float(load.max()) if load.size else 0.0
+
+
+def _automorphisms(topology: Topology, roots: Sequence[int]) -> dict[int, np.ndarray] | None:
+    """For every root r, a rank permutation that maps roots[0] to r and is an automorphism of the
+    topology, or None. Candidates come from the builder families, by the topology's name (rotations
+    of ``ring``/``uring``/``switch``/``full``, translations of ``torus``, node and GPU rotations of
+    ``cluster``/``dgx-h100``); each is checked link by link (same bandwidth and latency, switches
+    onto switches), so a file that merely borrows a name gets None."""
+    n = topology.ranks
+    m = re.fullmatch(r"(ring|uring|switch|full|torus|cluster|dgx-h100):(\d+)(?:x(\d+))?", topology.name)
+    if m is None:
+        return None
+    kind = m.group(1)
+    if kind in ("ring", "uring", "switch", "full"):
+        shape = (1, n)
+    elif kind == "dgx-h100":
+        shape = (int(m.group(2)), 8)
+    elif m.group(3) is None:
+        return None
+    else:
+        shape = (int(m.group(2)), int(m.group(3)))
+    rows, cols = shape
+    if rows * cols != n:
+        return None
+    base = roots[0]
+    out: dict[int, np.ndarray] = {}
+    for r in roots:
+        di, dj = (r // cols - base // cols) % rows, (r % cols - base % cols) % cols
+        perm = np.array([((v // cols + di) % rows) * cols + (v % cols + dj) % cols for v in range(n)], dtype=np.int64)
+        nodes = {f"node{k}": f"node{(k + di) % rows}" for k in range(rows)} if kind in ("cluster", "dgx-h100") else {}
+        if not _is_automorphism(topology, perm, nodes):
+            return None
+        out[r] = perm
+    return out
+
+
+def _is_automorphism(topology: Topology, perm: np.ndarray, switches: dict[str, str]) -> bool:
+    g = topology.graph
+
+    def f(x: Node) -> Node:
+        return int(perm[x]) if isinstance(x, int) else switches.get(x, x)
+
+    for u, v, a in g.edges(data=True):
+        b = g.get_edge_data(f(u), f(v))
+        if b is None or b["bandwidth"] != a["bandwidth"] or b["latency"] != a["latency"]:
+            return False
+    return True
+
+
+# -- routes --------------------------------------------------------------------------------------
+
+
+def widest_routes(topology: Topology) -> Topology:
+    """The topology with explicit routes wherever the default route is not a widest one.
+
+    For each ordered pair of ranks, the widest route maximises the smallest link bandwidth along
+    it (then, among those, the total latency, then the hops); it is recorded in the topology's route
+    table (``collsched.topology/1`` ``routes``) only where its bottleneck is strictly wider than the
+    default route's. The simulator follows explicit routes, so schedules simulated on the result
+    (synthesized or not) take them. Why: the default route is the one of least latency, and on
+    ``dgx-h100:N``, whose NVLink hops carry NCCL's 1.7 us step latency, the least-latency route
+    between two GPUs of one node runs through their 47 GB/s NICs instead of the 367 GB/s NVSwitch.
+    """
+    import heapq
+
+    g = topology.graph
+    n = topology.ranks
+    if n < 2:
+        return topology
+    routes = dict(topology.routes)
+    adj: dict[Node, list[tuple[Node, float, float]]] = {v: [] for v in g.nodes}
+    for u, v, a in g.edges(data=True):
+        adj[u].append((v, float(a["bandwidth"]), float(a["latency"])))
+    widths = sorted({b for es in adj.values() for _, b, _ in es}, reverse=True)
+    order = {v: i for i, v in enumerate(g.nodes)}  # ties on latency and hops go to the first node
+    bws = topology.link_bandwidths()
+    default = topology.route_links_many((a, b) for a in range(n) for b in range(n) if a != b)
+    narrow = {pair: min(bws[i] for i in links) for pair, (links, _lat) in default.items()}
+    for src in range(n):
+        wanted = [d for d in range(n) if d != src]
+        done: set[int] = set()
+        for w in widths:
+            # Least latency (then fewest hops) over the links at least w wide: Dijkstra.
+            dist: dict[Node, tuple[float, int, int]] = {src: (0.0, 0, order[src])}
+            prev: dict[Node, Node] = {}
+            heap: list[tuple[float, int, int, Node]] = [(0.0, 0, order[src], src)]
+            seen: set[Node] = set()
+            while heap:
+                lat, hops, _, u = heapq.heappop(heap)
+                if u in seen:
+                    continue
+                seen.add(u)
+                for v, b, vl in adj[u]:
+                    if b >= w and v not in seen:
+                        cand = (lat + vl, hops + 1, order[v])
+                        if v not in dist or cand < dist[v]:
+                            dist[v] = cand
+                            prev[v] = u
+                            heapq.heappush(heap, (*cand, v))
+            for d in wanted:
+                if d in done or d not in seen:
+                    continue
+                done.add(d)  # w is d's widest bottleneck: the widest width that reaches it
+                if narrow[(src, d)] < w:
+                    path: list[Node] = [d]
+                    while path[-1] != src:
+                        path.append(prev[path[-1]])
+                    routes[(src, d)] = tuple(reversed(path))
+            if len(done) == len(wanted):
+                break
+    return Topology(g, topology.name, routes)
 
 
 # -- emitting transfers ------------------------------------------------------------------------
