@@ -60,6 +60,10 @@ overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (S. Jeaug
 also NVIDIA/nccl issue 1455). 0.815 x 450 = 366.75 GB/s."""
 DGX_NIC_EFFICIENCY = 0.94
 """NDR 400 Gb/s (50 GB/s) NICs: "you should see 46-48GB/s per NIC" (NVIDIA/nccl-tests issue 290). 0.94 x 50 = 47."""
+DGX_NIC_LATENCY = 4.8e-6
+"""Per GPU <-> network switch hop, so one network step of a ring costs 9.6 us: NCCL's
+``hwLat[NET][RING][SIMPLE] = 9.6`` us (src/graph/tuning.cc). It also keeps messages inside a node on NVLink,
+whose route (3.4 us) is then the lower-latency one."""
 DGX_NVLINK_LATENCY = 1.7e-6
 """Per GPU <-> NVSwitch hop, so one NVLink step of a ring costs 3.4 us: NCCL's
 ``hwLat[NVLINK][RING][SIMPLE] = 3.4`` us (src/graph/tuning.cc); with its base latency of 8.4 us per
@@ -179,13 +183,13 @@ def cluster(nodes: int, gpus: int, *, nvlink_bandwidth: float = NVLINK_BANDWIDTH
 def dgx_h100(nodes: int) -> Topology:
     """``nodes`` DGX H100 systems: 8 GPUs each at 450 GB/s per direction to the NVSwitches
     (18 NVLink-4 links x 25 GB/s), and one 400 Gb/s (50 GB/s) ConnectX-7 NIC per GPU
-    to a non-blocking network switch; 1 us per network hop. The links carry what NCCL
-    reaches on them: 450 GB/s x ``DGX_NVLINK_EFFICIENCY``, 50 GB/s x ``DGX_NIC_EFFICIENCY``,
-    and ``DGX_NVLINK_LATENCY`` per NVLink hop (NCCL's per-step latency); NCCL's base latency
+    to a non-blocking network switch. The links carry what NCCL reaches on them:
+    450 GB/s x ``DGX_NVLINK_EFFICIENCY``, 50 GB/s x ``DGX_NIC_EFFICIENCY``, and
+    ``DGX_NVLINK_LATENCY``/``DGX_NIC_LATENCY`` per hop (NCCL's per-step latencies); NCCL's base latency
     per collective is the preset's engine parameter (``sim.machine.PRESET_ENGINES``)."""
     return cluster(nodes, 8, nvlink_bandwidth=NVLINK_BANDWIDTH * DGX_NVLINK_EFFICIENCY,
                    nvlink_latency=DGX_NVLINK_LATENCY, nic_bandwidth=NIC_BANDWIDTH * DGX_NIC_EFFICIENCY,
-                   name=f"dgx-h100:{nodes}")
+                   nic_latency=DGX_NIC_LATENCY, name=f"dgx-h100:{nodes}")
 
 
 # -- the SPEC syntax ------------------------------------------------------------------------
