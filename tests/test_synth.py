@@ -216,3 +216,79 @@ def test_cli_simulate_and_sweep_print_efficiency() -> None:
     assert code == 0 and all(r["efficiency"] is None for r in json.loads(out)["results"])
     code, out = _cli("verify", "-c", "allreduce", "-a", "ring", "-p", "4", "--param", "chunks=x", "--json")
     assert code == 2 and "chunks must be an integer" in json.loads(out)["error"]
+
+
+# -- routes and symmetry --------------------------------------------------------------------------
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_widest_routes_are_widest_by_brute_force(data: st.DataObject) -> None:
+    import networkx as nx
+
+    from sim.synth import widest_routes
+
+    p = data.draw(st.integers(2, 5), label="ranks")
+    t = data.draw(topologies(p, max_switches=2), label="topology")
+    w = widest_routes(t)
+    g = t.graph
+
+    def narrowest(path: tuple[object, ...] | list[object]) -> float:
+        return min(g.edges[path[i], path[i + 1]]["bandwidth"] for i in range(len(path) - 1))
+
+    for a in range(p):
+        for b in range(p):
+            if a == b:
+                continue
+            best = max(narrowest(path) for path in nx.all_simple_paths(g, a, b))
+            assert narrowest(w.route(a, b)) == best
+            if narrowest(t.route(a, b)) == best:  # an already widest default route is left alone
+                assert w.route(a, b) == t.route(a, b)
+
+
+def test_widest_routes_keep_dgx_messages_on_nvlink() -> None:
+    from sim.synth import widest_routes
+
+    t = from_spec("dgx-h100:2")
+    assert t.route(0, 1) == (0, "net", 1)  # least latency: NVLink hops carry 1.7 us each
+    w = widest_routes(t)
+    assert w.route(0, 1) == (0, "node0", 1) and w.route(0, 9) == (0, "net", 9)
+    assert widest_routes(cluster(2, 8)).routes == {}  # its default routes are already the widest
+    size = 2**30
+    got = check(Kind.ALLGATHER, w, size, chunks=32)
+    lib = min(simulate(a.build(16), w, size).time for a in registry.algorithms(Kind.ALLGATHER)
+              if a.unsupported(16) is None)
+    assert lib >= 3 * got
+
+
+def test_family_automorphisms_are_automorphisms() -> None:
+    from sim.synth import _automorphisms
+
+    for t in (cluster(3, 4), torus(3, 4), ring(6), from_spec("dgx-h100:2"), single_switch(5)):
+        perms = _automorphisms(t, list(range(t.ranks)))
+        assert perms is not None, t.name
+        g = t.graph
+        for r, pm in perms.items():
+            assert pm[0] == r and sorted(pm.tolist()) == list(range(t.ranks))
+            # Rank pairs keep their distance and bottleneck: a necessary condition checked independently.
+            for a in range(t.ranks):
+                for b in range(t.ranks):
+                    if a != b:
+                        x, y = t.route(a, b), t.route(int(pm[a]), int(pm[b]))
+                        assert len(x) == len(y)
+                        assert [g.edges[x[i], x[i + 1]]["bandwidth"] for i in range(len(x) - 1)] == \
+                            [g.edges[y[i], y[i + 1]]["bandwidth"] for i in range(len(y) - 1)]
+    # A topology that merely borrows a family's name is not trusted.
+    bent = cluster(2, 4).with_degraded_link(0, "net", 0.5)
+    assert _automorphisms(bent, list(range(8))) is None
+    assert _automorphisms(fat_tree(4), list(range(16))) is None  # no family rule: the greedy packing
+
+
+def test_star_packing_where_it_is_optimal() -> None:
+    # On a single switch and a fat tree every rank's link in is the bottleneck and sending to
+    # everyone directly loads it exactly: the packing is the star, and reaches the bound.
+    for t in (single_switch(6), fat_tree(4)):
+        pk = pack(t, range(t.ranks), 4, inward=False)
+        assert all((tree == r).all() for r, trees in pk.trees.items() for tree in trees)
+        size = 2**28
+        got = check(Kind.ALLGATHER, t, size, chunks=4)
+        assert got <= bound(Kind.ALLGATHER, t, size).bound_s * 1.01
