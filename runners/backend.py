@@ -27,6 +27,11 @@ Every collective method is its job body behind one shared prologue
 inner group, queueing). ``runners.work`` holds ``CollschedWork`` and the
 issue queue, ``runners.inner_groups`` makes the inner groups.
 
+Sparse tensors (``all_reduce`` SUM, as gloo) go to the inner group's own
+sparse all-reduce, in issue order; ``monitored_barrier`` is collsched's own
+(gloo's semantics, through the store); see docs/backend.md for which torch
+features are served and which are handed on.
+
 Schedules run through ``runners.runner.run`` on the inner group, which is
 registered in torch's group tables (not in ``pg_names``) because the runner
 uses the public ``dist`` point-to-point API. The runner's cross-rank argument
