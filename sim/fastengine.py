@@ -543,9 +543,12 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str) -> dict[str, Any] |
         from algorithms.ir import BUFS
 
         bases = np.array([layout.bases[b] for b in BUFS], dtype=np.int64)
-        wt = np.zeros(layout.num_slots)  # latest end of the last write group of each slot
-        rt = np.zeros(layout.num_slots)  # latest end of the slot's readers since that write group's step
-        rs = np.full(layout.num_slots, -math.inf)  # scratch: latest start of this step's readers of a slot
+        # Per slot, in one row (one cache line for the random accesses a step makes): the latest end of its
+        # last write group, the latest end of its readers since that group's step, and (scratch) the latest
+        # start of this step's readers.
+        slot_t = np.zeros((layout.num_slots, 3))
+        slot_t[:, 2] = -math.inf
+        wt, rt, rs = slot_t[:, 0], slot_t[:, 1], slot_t[:, 2]
     t0 = 0.0
     steps = 0
     for lo, hi in itertools.pairwise(plan.offsets.tolist()):
@@ -563,7 +566,10 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str) -> dict[str, Any] |
                 k = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(first, cnt)
                 a = np.repeat(a, cnt) + k
                 d = np.repeat(d, cnt) + k
-            need = np.maximum(np.maximum(wt[a], wt[d]), rt[d])
+            unique_a = not bool((np.diff(np.sort(a)) == 0).any())
+            unique_d = not bool((np.diff(np.sort(d)) == 0).any())
+            row_d = slot_t[d]
+            need = np.maximum(np.maximum(wt[a], row_d[:, 0]), row_d[:, 1])
             st = need if ones else np.maximum.reduceat(need, first)
         else:
             st = np.full(hi - lo, t0)
@@ -581,7 +587,10 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str) -> dict[str, Any] |
             arrive[rd] = land[rd] + nb[rd] / rbw
         if dataflow:
             st_m = st if ones else np.repeat(st, cnt)
-            np.maximum.at(rs, a, st_m)
+            if unique_a:
+                rs[a] = st_m
+            else:
+                np.maximum.at(rs, a, st_m)
             wa = rs[d]
             en = np.maximum(arrive, wa if ones else np.maximum.reduceat(wa, first))
             rs[a] = -math.inf
@@ -607,11 +616,17 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str) -> dict[str, Any] |
         start[lo:hi], send_start[lo:hi], send_end[lo:hi], end[lo:hi] = st, ss, se, en
         if dataflow:
             en_m = en if ones else np.repeat(en, cnt)
-            np.maximum.at(rt, a, en_m)
+            if unique_a:
+                rt[a] = np.maximum(rt[a], en_m)
+            else:
+                np.maximum.at(rt, a, en_m)
             # This step's writes start a new group; readers so far (this step's included) are forgotten.
             rt[d] = 0.0
-            wt[d] = 0.0
-            np.maximum.at(wt, d, en_m)
+            if unique_d:
+                wt[d] = en_m
+            else:
+                wt[d] = 0.0
+                np.maximum.at(wt, d, en_m)
         else:
             t0 = float(en.max())
     return {"start": start, "send_start": send_start, "send_end": send_end, "end": end, "busy": busy,
