@@ -46,6 +46,8 @@ class CompactState:
     lo: np.ndarray
     ln: np.ndarray
     spill: dict[int, Content]
+    rows: np.ndarray
+    """chunk, lo and ln are the columns of this (slots x 3) array."""
 
     def content(self, slot: int) -> Content | None:
         """The ``sim.semantics`` content of one slot."""
@@ -105,8 +107,10 @@ def initial_columns(layout: SlotLayout) -> CompactState:
     coll = layout.collective
     p = coll.ranks
     n = layout.num_slots
-    st = CompactState(p, np.full(n, EMPTY, dtype=np.int64), np.zeros(n, dtype=np.int32),
-                      np.zeros(n, dtype=np.int32), {})
+    # One row per slot (chunk, lo, ln): a step's random accesses touch one cache line per slot.
+    rows = np.zeros((n, 3), dtype=np.int32)
+    rows[:, 0] = EMPTY
+    st = CompactState(p, rows[:, 0], rows[:, 1], rows[:, 2], {}, rows)
     for r in range(p):
         if coll.kind is Kind.BROADCAST and r != coll.root:
             continue
@@ -121,31 +125,43 @@ def expected_columns(coll: Collective, layout: SlotLayout) -> tuple[np.ndarray, 
     """The postcondition of ``sim.semantics.expected_state`` as arrays: slots, chunk, lo, ln (sorted by slot)."""
     p, c, root = coll.ranks, coll.chunks, coll.root
     k = coll.kind
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    everyone = np.arange(p, dtype=np.int64)
+    only_root = np.array([root if root is not None else 0], dtype=np.int64)
+    ib_all = np.array(layout.bases[Buf.INPUT], dtype=np.int64)
+    ob_all = np.array(layout.bases[Buf.OUTPUT], dtype=np.int64)
     i = np.arange(c, dtype=np.int64)
-    ones = np.ones(c, dtype=np.int64)
     sc = np.arange(p * c, dtype=np.int64)  # s * c + i over s, then i
-    for r in range(p):
-        ib = layout.bases[Buf.INPUT][r]
-        ob = layout.bases[Buf.OUTPUT][r]
-        if k is Kind.ALLREDUCE or k is Kind.BARRIER or (k is Kind.REDUCE and r == root):
-            parts.append((ib + i, i, 0 * ones, p * ones))
-        elif k is Kind.BROADCAST:
-            parts.append((ib + i, i, root * ones, ones))  # type: ignore[operator]
-        elif k is Kind.ALLGATHER or (k is Kind.GATHER and r == root):
-            parts.append((ob + sc, sc % c, sc // c, np.ones(p * c, dtype=np.int64)))
-        elif k is Kind.REDUCESCATTER:
-            parts.append((ob + i, r * c + i, 0 * ones, p * ones))
-        elif k is Kind.SCATTER:
-            parts.append((ob + i, r * c + i, root * ones, ones))  # type: ignore[operator]
-        elif k is Kind.ALLTOALL:
-            parts.append((ob + sc, r * c + sc % c, sc // c, np.ones(p * c, dtype=np.int64)))
-    if not parts:
+
+    def grid(base: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        return (base[:, None] + offsets[None, :]).ravel()
+
+    if k in (Kind.ALLREDUCE, Kind.BARRIER, Kind.REDUCE):
+        ranks = only_root if k is Kind.REDUCE else everyone
+        slots = grid(ib_all[ranks], i)
+        chunk, lo, ln = np.tile(i, len(ranks)), np.zeros_like(slots), np.full_like(slots, p)
+    elif k is Kind.BROADCAST:
+        slots = grid(ib_all, i)
+        chunk, lo, ln = np.tile(i, p), np.full_like(slots, root), np.ones_like(slots)
+    elif k in (Kind.ALLGATHER, Kind.GATHER):
+        ranks = only_root if k is Kind.GATHER else everyone
+        slots = grid(ob_all[ranks], sc)
+        chunk, lo, ln = np.tile(sc % c, len(ranks)), np.tile(sc // c, len(ranks)), np.ones_like(slots)
+    elif k is Kind.REDUCESCATTER:
+        slots = grid(ob_all, i)
+        chunk, lo, ln = grid(everyone * c, i), np.zeros_like(slots), np.full_like(slots, p)
+    elif k is Kind.SCATTER:
+        slots = grid(ob_all, i)
+        chunk, lo, ln = grid(everyone * c, i), np.full_like(slots, root), np.ones_like(slots)
+    elif k is Kind.ALLTOALL:
+        slots = grid(ob_all, sc)
+        chunk, lo, ln = grid(everyone * c, sc % c), np.tile(sc // c, p), np.ones_like(slots)
+    else:
         e = np.zeros(0, dtype=np.int64)
         return e, e, e, e
-    slots, chunk, lo, ln = (np.concatenate(x) for x in zip(*parts, strict=True))
-    order = np.argsort(slots, kind="stable")
-    return slots[order], chunk[order], lo[order], ln[order]
+    if len(slots) > 1 and not bool((np.diff(slots) > 0).all()):
+        order = np.argsort(slots, kind="stable")
+        slots, chunk, lo, ln = slots[order], chunk[order], lo[order], ln[order]
+    return slots, chunk, lo, ln
 
 
 class _Runner:
@@ -160,8 +176,7 @@ class _Runner:
         self.idempotent = schedule.collective.kind is Kind.BARRIER
         cols = schedule.columns()
         bases = np.array([self.layout.bases[b] for b in BUFS], dtype=np.int64)
-        self.src_slot = bases[cols.src_buf, cols.src] + cols.src_index
-        self.dst_slot = bases[cols.dst_buf, cols.dst] + cols.dst_index
+        self.bases = bases
         self.cols = cols
         self.state = initial_columns(self.layout)
 
@@ -190,11 +205,13 @@ class _Runner:
         count = self.cols.count[lo:hi].astype(np.int64)
         mt = np.repeat(np.arange(lo, hi, dtype=np.int64), count)
         k = np.arange(len(mt), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-        a = self.src_slot[mt] + k
-        d = self.dst_slot[mt] + k
+        c, b = self.cols, self.bases
+        a = np.repeat(b[c.src_buf[lo:hi], c.src[lo:hi]] + c.src_index[lo:hi], count) + k
+        d = np.repeat(b[c.dst_buf[lo:hi], c.dst[lo:hi]] + c.dst_index[lo:hi], count) + k
         copy = self.cols.op[mt] == 0
         # Reads: the state at the step's start.
-        vc, vlo, vln = st.chunk[a], st.lo[a], st.ln[a]
+        va = st.rows[a]
+        vc, vlo, vln = va[:, 0], va[:, 1], va[:, 2]
         spilled_src = {int(j): st.spill[int(a[j])] for j in np.flatnonzero(vc == SPILLED)}
         empty = vc == EMPTY
         for j in np.flatnonzero(empty).tolist():
@@ -240,9 +257,7 @@ class _Runner:
         before = (~overlap) & ~after & ((olo + oln) % p == clo)
         apart = ~overlap & ~after & ~before
         # Apply copies first (they never share a slot with a live reduction now).
-        st.chunk[d[cj]] = vc[cj]
-        st.lo[d[cj]] = vlo[cj]
-        st.ln[d[cj]] = vln[cj]
+        st.rows[d[cj]] = va[cj]
         for j in cj[vc[cj] == SPILLED].tolist():
             st.spill[int(d[j])] = spilled_src[j]
         new_ln = cln + oln
