@@ -410,3 +410,36 @@ def test_a_run_that_cannot_finish_times_out_naming_step_and_peer(executor: str) 
 def test_run_needs_an_initialised_group() -> None:
     with pytest.raises(InputError, match="not initialised"):
         run(registry.get("allreduce", "ring").build(2), torch.ones(4))
+
+
+def warm_up_job(rank: int) -> list[int]:
+    """How many all-reduces _ensure_communicator issues on a fresh group, the same group again, a new group."""
+    from runners import runner as runner_module
+
+    calls = []
+    real = dist.all_reduce
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    dist.all_reduce = counting  # type: ignore[assignment]
+    try:
+        seen = []
+        runner_module._ensure_communicator(None, torch.device("cpu"))
+        seen.append(len(calls))
+        runner_module._ensure_communicator(None, torch.device("cpu"))
+        seen.append(len(calls))
+        group = dist.new_group([0, 1])
+        runner_module._ensure_communicator(group, torch.device("cpu"))
+        seen.append(len(calls))
+        dist.destroy_process_group(group)
+        return seen
+    finally:
+        dist.all_reduce = real
+
+
+@pytest.mark.multiprocess
+def test_a_group_not_bound_to_a_device_gets_one_collective_before_its_first_run() -> None:
+    # On nccl this makes the group's own communicator (with every rank) before any batch_isend_irecv.
+    assert spawn(warm_up_job, 2, timeout=120) == [[1, 1, 2], [1, 1, 2]]
