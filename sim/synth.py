@@ -66,7 +66,7 @@ SYMMETRIC_MAX_RANKS = 64
 """When every root has an automorphism of the topology taking the first root to it, the first root's
 trees mapped by those automorphisms are used instead if they predict no worse (within ``REGULAR``):
 every root then behaves alike, which the simulator's link sharing rewards (``_automorphisms``)."""
-LANES = 2
+LANES = 8
 """Messages one rank pair may have in flight."""
 
 
