@@ -4,10 +4,10 @@
     python benchmarks/bench_bounds.py --topologies cluster:2x8 --kinds allgather --sizes 1GiB
     python benchmarks/bench_bounds.py --scale               # synthesis and bound wall time at 64 and 256 ranks
 
-Prints, per topology (ring:8, torus:4x4, fattree:4, cluster:2x8, dgx-h100:2,
-dgx-h100:2 with widest routes (``+widest``: on dgx-h100 the least-latency
-route between two GPUs of a node runs through their NICs) and a random
-heterogeneous one, ``random:SEED``), per kind and per size: the
+Prints, per topology (ring:8, torus:4x4, fattree:4, cluster:2x8, dgx-h100:2
+and a random heterogeneous one, ``random:SEED``; any of them with ``+widest``
+for explicit widest routes, ``sim.synth.widest_routes``), per kind and per
+size: the
 bound (``sim.bounds``), the best library algorithm and its simulated time,
 the synthesized schedule's time (``sim.synth``; the better of chunks=1 and
 the default chunk count, which is named), each one's efficiency
@@ -40,7 +40,7 @@ from sim.synth import SYNTH_KINDS, default_chunks, synthesize, widest_routes
 from sim.topology import Topology, from_spec
 from sim.units import parse_size
 
-TOPOLOGIES = ["ring:8", "torus:4x4", "fattree:4", "cluster:2x8", "dgx-h100:2", "dgx-h100:2+widest", "random:7"]
+TOPOLOGIES = ["ring:8", "torus:4x4", "fattree:4", "cluster:2x8", "dgx-h100:2", "random:7"]
 KINDS = ["allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall"]
 
 
