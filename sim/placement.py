@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 
 from algorithms.ir import Schedule
 from sim.topology import Node, Topology, TopologyError
@@ -155,9 +156,24 @@ def stretched_pairs(schedule: Schedule, topology: Topology, *,
         baseline = _nearest_ranks(topology)
     elif isinstance(baseline, bool) or not isinstance(baseline, int) or baseline < 1:
         raise TopologyError(f"stretched_pairs: baseline must be an integer >= 1, got {baseline!r}")
-    pairs = sorted({(t.src, t.dst) for step in schedule.steps for t in step.transfers if t.src != t.dst})
+    pairs = _remote_pairs(schedule)
     routes = topology.route_links_many(pairs)
     return [(s, d, len(routes[(s, d)][0])) for s, d in pairs if len(routes[(s, d)][0]) > baseline]
+
+
+def _remote_pairs(schedule: Schedule) -> list[tuple[int, int]]:
+    """Every (src, dst) with src != dst that some transfer connects, sorted; from the columns (no Transfer objects)."""
+    c = schedule.columns()
+    p = schedule.ranks
+    remote = c.src != c.dst
+    key = c.src[remote].astype(np.int64) * p + c.dst[remote]
+    if p * p <= 1 << 26:
+        used = np.zeros(p * p, dtype=bool)
+        used[key] = True
+        keys = np.flatnonzero(used)
+    else:
+        keys = np.unique(key)
+    return [(k // p, k % p) for k in keys.tolist()]
 
 
 def _nearest_ranks(topology: Topology) -> int:

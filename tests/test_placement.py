@@ -216,3 +216,14 @@ def test_one_hop_is_the_nearest_two_ranks_unless_told() -> None:
         stretched_pairs(allreduce.ring(6), star, baseline=0)
     with pytest.raises(TopologyError, match="has 6 ranks but the schedule needs 4"):
         stretched_pairs(allreduce.ring(4), star)
+
+
+def test_remote_pairs_from_columns_are_the_pairs_of_the_transfers() -> None:
+    from algorithms import registry
+    from sim.placement import _remote_pairs
+
+    for kind, name, p in (("allreduce", "ring", 6), ("alltoall", "pairwise", 5), ("broadcast", "binomial", 7),
+                          ("allreduce", "recursive_doubling", 8)):
+        s = registry.build(kind, name, p, root=0 if kind == "broadcast" else None)
+        want = sorted({(t.src, t.dst) for step in s.steps for t in step.transfers if t.src != t.dst})
+        assert _remote_pairs(s) == want
