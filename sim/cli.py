@@ -15,7 +15,7 @@
     collsched synthesize --collective K --topology SPEC [--root R] [--chunks k] -o F.json [--json]
 
 ``simulate`` and ``sweep`` print each result's efficiency, the lower bound of
-``sim.bounds`` over the simulated time; ``bound`` and ``synthesize`` live in
+``sim.bounds`` over the simulated time (``--bound auto``: up to 128 ranks); ``bound`` and ``synthesize`` live in
 ``sim.cli_bounds``, and ``-a synth --param topology=SPEC`` names the
 synthesizer wherever an algorithm is named (``algorithms.synth``).
 
@@ -348,10 +348,10 @@ def _faults(args: argparse.Namespace) -> Any:
 
 
 def add_routing_arg(p: argparse.ArgumentParser) -> None:
-    """--routing: the simulator's least-latency routes, or the widest ones (``sim.synth.widest_routes``)."""
-    p.add_argument("--routing", choices=("shortest", "widest"), default="shortest",
-                   help="message routes: least latency (default), or widest bottleneck where that is wider "
-                        "(e.g. NVSwitch rather than NICs inside a dgx-h100 node)")
+    """--routing: the simulator's least-latency routes, or explicit ones (``sim.synth.routed``)."""
+    p.add_argument("--routing", choices=("shortest", "widest", "neighbour"), default="shortest",
+                   help="message routes: least latency (default); widest bottleneck where that is wider; or "
+                        "neighbouring ranks over their own link or shared switch (sim.synth.routed)")
 
 
 def _network_args(p: argparse.ArgumentParser) -> None:
@@ -382,6 +382,18 @@ def _network_args(p: argparse.ArgumentParser) -> None:
                    help=f"which topology node each rank runs on: {_PLACEMENT_FORMS}; default identity (rank r on "
                         "node r). Faults then name ranks: node U of --link-down is where rank U runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--bound", choices=("auto", "yes", "no"), default="auto",
+                   help=f"compute the lower bound and efficiency (exact max-flow cuts; minutes on large rings): "
+                        f"auto does up to {BOUND_AUTO_RANKS} ranks (default auto)")
+
+
+BOUND_AUTO_RANKS = 128
+"""Largest world size for which simulate and sweep compute the bound unless asked (``--bound``): ring:128
+takes seconds, ring:256 two minutes, ring:1024 hours."""
+
+
+def _want_bound(args: argparse.Namespace, ranks: int) -> bool:
+    return args.bound == "yes" or (args.bound == "auto" and ranks <= BOUND_AUTO_RANKS)
 
 
 def _add_sim_parsers(subparsers: Any) -> None:
@@ -421,10 +433,10 @@ def _topology(args: argparse.Namespace) -> Any:
     if args.placement != "identity":
         topo = place(topo, placement(args.placement, topo, topo.ranks),
                      name=f"{topo.name} placed {Path(args.placement).name}")
-    if getattr(args, "routing", "shortest") == "widest":
-        from sim.synth import widest_routes
+    if getattr(args, "routing", "shortest") != "shortest":
+        from sim.synth import routed
 
-        topo = widest_routes(topo)
+        topo = routed(topo, args.routing)
     return topo
 
 
@@ -490,7 +502,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     stretched = stretched_pairs(schedule, topo)
     from sim.cli_bounds import bound_for
 
-    b = None if schedule.name.startswith("custom:") else bound_for(
+    b = None if schedule.name.startswith("custom:") or not _want_bound(args, topo.ranks) else bound_for(
         schedule.collective.kind, schedule.collective.root, topo, size, opts["faults"])
     eff = {"bound_s": b.bound_s, "efficiency": b.efficiency(result.time)} if b is not None else {}
     if args.json:
@@ -500,6 +512,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if b is not None:
             print(f"  bound      {_human_time(b.bound_s)} (`collsched bound`), efficiency "
                   f"{100 * b.efficiency(result.time):.1f}%")
+        elif not _want_bound(args, topo.ranks):
+            print(f"  bound      not computed above {BOUND_AUTO_RANKS} ranks (--bound yes, or `collsched bound`)")
         _print_stretched(stretched, topo, args.placement)
     if schedule.name.startswith("custom:"):  # an MSCCL-IR custom program: timing only, no postcondition
         return 0
@@ -599,7 +613,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.cli_bounds import bound_for
 
     root = schedules[0][1].collective.root
-    unit = bound_for(Kind(args.collective), root, topo, 1.0, opts["faults"])  # cuts once, scaled per size
+    unit = bound_for(Kind(args.collective), root, topo, 1.0, opts["faults"]) if _want_bound(args, p) \
+        else None  # cuts once, scaled per size
     with bar(len(sizes) * len(schedules), unit="run", enabled=not args.no_progress) as progress:
         for size in sizes:
             b = unit.scaled(size) if unit is not None else None

@@ -336,3 +336,13 @@ def test_placement_errors(capsys: pytest.CaptureFixture[str], placement: str, to
     code, out, err = run(capsys, "simulate", "-c", "allreduce", "-a", "ring", "-t", topology, "--size", "1KiB",
                          "--placement", placement)
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err
+
+
+def test_simulate_computes_the_bound_only_where_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    common = ("simulate", "-c", "allreduce", "-a", "ring", "-t", "ring:8", "--size", "1MiB", "--json")
+    code, out, _err = run(capsys, *common, "--bound", "no")
+    assert code == 0 and "bound_s" not in json.loads(out)
+    code, out, _err = run(capsys, *common)  # auto: 8 ranks are few enough
+    assert code == 0 and json.loads(out)["bound_s"] > 0
+    code, out, _err = run(capsys, "simulate", "-c", "allreduce", "-a", "ring", "-t", "ring:130", "--size", "1MiB")
+    assert code == 0 and "bound      not computed above 128 ranks" in out
