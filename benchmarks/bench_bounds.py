@@ -5,9 +5,9 @@
     python benchmarks/bench_bounds.py --scale               # synthesis and bound wall time at 64 and 256 ranks
 
 Prints, per topology (ring:8, torus:4x4, fattree:4, cluster:2x8, dgx-h100:2
-and a random heterogeneous one, ``random:SEED``; any of them with ``+widest``
-for explicit widest routes, ``sim.synth.widest_routes``), per kind and per
-size: the
+and a random heterogeneous one, ``random:SEED``; any of them with
+``+widest`` or ``+neighbour`` for explicit routes, ``sim.synth.routed``,
+which the library is then simulated on too), per kind and per size: the
 bound (``sim.bounds``), the best library algorithm and its simulated time,
 the synthesized schedule's time (``sim.synth``; the better of chunks=1 and
 the default chunk count, which is named), each one's efficiency
@@ -36,11 +36,11 @@ from algorithms import registry
 from algorithms.ir import ROOTED_KINDS, Kind
 from sim.bounds import bound
 from sim.engine import simulate
-from sim.synth import SYNTH_KINDS, default_chunks, synthesize, widest_routes
+from sim.synth import SYNTH_KINDS, default_chunks, routed, synthesize
 from sim.topology import Topology, from_spec
 from sim.units import parse_size
 
-TOPOLOGIES = ["ring:8", "torus:4x4", "fattree:4", "cluster:2x8", "dgx-h100:2", "random:7"]
+TOPOLOGIES = ["ring:8", "torus:4x4", "fattree:4", "cluster:2x8", "dgx-h100:2", "random:7", "random:7+neighbour"]
 KINDS = ["allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall"]
 
 
@@ -77,7 +77,7 @@ def topology(spec: str) -> Topology:
     which the library algorithms are then simulated on too."""
     base, _, routing = spec.partition("+")
     t = random_topology(int(base.split(":", 1)[1])) if base.startswith("random:") else from_spec(base)
-    return widest_routes(t) if routing == "widest" else t
+    return routed(t, routing or "shortest")
 
 
 def ms(t: float) -> str:

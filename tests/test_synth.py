@@ -297,3 +297,52 @@ def test_star_packing_where_it_is_optimal() -> None:
         size = 2**28
         got = check(Kind.ALLGATHER, t, size, chunks=4)
         assert got <= bound(Kind.ALLGATHER, t, size).bound_s * 1.01
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_neighbour_routes_keep_neighbours_on_their_links(data: st.DataObject) -> None:
+    from sim.synth import neighbour_routes, routed
+
+    p = data.draw(st.integers(2, 6), label="ranks")
+    t = data.draw(topologies(p, max_switches=2), label="topology")
+    w = neighbour_routes(t)
+    g = t.graph
+    for a in range(p):
+        for b in range(p):
+            if a == b:
+                continue
+            r = w.route(a, b)
+            if g.has_edge(a, b):
+                assert r == (a, b)
+            elif any(isinstance(x, str) and g.has_edge(x, b) for x in g.successors(a)):
+                assert len(r) == 3 and isinstance(r[1], str)
+            else:
+                assert r == t.route(a, b)
+    assert routed(t, "shortest") is t
+    with pytest.raises(SynthesisError, match="routing must be one of"):
+        routed(t, "scenic")
+
+
+def test_neighbour_routes_let_synthesis_use_every_link() -> None:
+    import networkx as nx
+
+    from sim.synth import neighbour_routes
+
+    # A ring whose direct links are slow in latency: least-latency routes go the long way round
+    # through a switch and never use the ring, whose bandwidth the cut bound counts.
+    g = nx.DiGraph()
+    for r in range(6):
+        for u, v in ((r, (r + 1) % 6), ((r + 1) % 6, r)):
+            g.add_edge(u, v, bandwidth=100e9, latency=5e-6)
+        g.add_edge(r, "s", bandwidth=10e9, latency=1e-6)
+        g.add_edge("s", r, bandwidth=10e9, latency=1e-6)
+    t = Topology(g, "slow ring")
+    assert t.route(0, 1) == (0, "s", 1)
+    size = 2**28
+    b = bound(Kind.ALLGATHER, t, size)
+    plain = check(Kind.ALLGATHER, t, size, chunks=16)
+    w = neighbour_routes(t)
+    assert w.route(0, 1) == (0, 1)
+    better = check(Kind.ALLGATHER, w, size, chunks=16)
+    assert plain > 5 * better and better <= 1.7 * b.bound_s  # measured: 13x faster, 1.60x the bound
