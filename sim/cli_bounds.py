@@ -2,7 +2,7 @@
 
     collsched bound --collective K --topology SPEC --size S [--root R] [--json]
     collsched synthesize --collective K --topology SPEC [--root R] [--chunks k] -o F.json
-                         [--size S] [--routing shortest|widest] [--json]
+                         [--size S] [--routing shortest|widest|neighbour] [--json]
 
 ``bound`` prints the lower bound of ``sim.bounds`` and the vertex set whose
 out-links attain it; ``--json`` prints ``{"ok", "bound_s", "bandwidth_s",
@@ -11,9 +11,10 @@ reference, for allreduce). ``synthesize`` packs a schedule onto the topology
 (``sim.synth``), verifies it, writes it (JSON, or MSCCL-IR for a .xml name),
 simulates it at ``--size`` (default 1GiB) and prints its transfers, steps,
 synthesis wall time, the bound and the simulated time. ``--routing widest``
-(also on simulate and sweep) gives the topology explicit widest routes
-(``sim.synth.widest_routes``): the schedule is packed and simulated on them, and
-`simulate` and `sweep` need the same option to reproduce its time. Building the parser
+or ``neighbour`` (also on simulate and sweep) gives the topology explicit
+routes (``sim.synth.routed``): the schedule is packed and simulated on them,
+and `simulate` and `sweep` need the same option to reproduce its time.
+Building the parser
 imports nothing heavy; the commands import sim.bounds / sim.synth when they run.
 """
 
