@@ -510,7 +510,7 @@ class _Fluid:
             bar.update(self.finished - done)
 
 
-def _closed_form(schedule: Schedule, plan: _Plan, mode: str) -> dict[str, Any] | None:
+def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None) -> dict[str, Any] | None:
     """Times step by step when no two flows ever share a link; None as soon as two might.
 
     Without sharing every flow runs at its route's bottleneck bandwidth, so a
@@ -614,6 +614,8 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str) -> dict[str, Any] |
             np.maximum.at(busy_until, lk, s1)
             np.add.at(busy, lk, s1 - s0)
         start[lo:hi], send_start[lo:hi], send_end[lo:hi], end[lo:hi] = st, ss, se, en
+        if bar is not None:
+            bar.update(hi - lo)
         if dataflow:
             en_m = en if ones else np.repeat(en, cnt)
             if unique_a:
@@ -643,16 +645,14 @@ def run_fast(schedule: Schedule, topology: Topology, size: float, mode: str, ove
     from sim import progress as prog
 
     plan = _Plan(schedule, topology, overhead, reduce_bandwidth, stragglers, chunk)
-    got = _closed_form(schedule, plan, mode) if closed_form else None
+    show = progress and plan.n >= 20000
+    with prog.bar(plan.n, unit="transfer", desc=schedule.name, enabled=show) as bar:
+        got = _closed_form(schedule, plan, mode, bar) if closed_form else None
     closed = got is not None
     if got is None:
         run = _Fluid(schedule, plan, mode)
-        bar = prog.bar(run.n, unit="transfer", desc=schedule.name) if progress and run.n >= 20000 else None
-        try:
+        with prog.bar(run.n, unit="transfer", desc=f"{schedule.name} (shared links)", enabled=show) as bar:
             run.run(bar)
-        finally:
-            if bar is not None:
-                bar.close()
         got = {"start": run.t_start, "send_start": run.t_send_start, "send_end": run.t_send_end, "end": run.t_end,
                "busy": run.busy, "events": run.events}
     links = topology.links
