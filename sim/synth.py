@@ -68,7 +68,11 @@ SYMMETRIC_MAX_RANKS = 64
 trees mapped by those automorphisms are used instead if they predict no worse (within ``REGULAR``):
 every root then behaves alike, which the simulator's link sharing rewards (``_automorphisms``)."""
 LANES = 8
-"""Messages one rank pair may have in flight."""
+"""Staged messages one rank pair may have in flight per root (allgather, reducescatter, allreduce):
+enough to hide a message's latency behind the next ones."""
+ROOTED_LANES = 2
+"""The same for broadcast and reduce, whose single root's chunks share every lane: more in flight
+there only splits the root's links further (ring:8 broadcast 95% of the bound with 2, 89% with 8)."""
 
 
 class SynthesisError(CollschedError, ValueError):
@@ -571,7 +575,7 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
         raise SynthesisError(f"chunks must be an integer >= 1, got {chunks!r}")
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         raise SynthesisError(f"passes must be an integer >= 1, got {passes!r}")
-    e = _Emitter(n, LANES)
+    e = _Emitter(n, ROOTED_LANES if kind in (Kind.BROADCAST, Kind.REDUCE) else LANES)
     rank_roots = range(n)
     if kind is Kind.ALLGATHER:
         coll = Collective(kind, n, c)
