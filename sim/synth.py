@@ -18,23 +18,31 @@ its cost is the sum over the physical links of its route.
    bandwidth, where L is the seconds of data already placed on it, and the
    tree is grown Prim-style from the root, each step attaching the rank that
    is cheapest to reach from the tree. Chunks are placed round-robin over the
-   roots, then every chunk is ripped up and placed again (``passes``), which
-   evens out the early choices. The packing's predicted time is
-   max over links of L, the quantity the cut bound (``sim.bounds``) bounds
-   from below; the trees are the solution of a multiplicative-weights
-   heuristic, not of an exact arborescence packing, so they reach the bound
-   only where the greedy finds the optimum (the benchmark measures how close).
+   roots, then every chunk is ripped up and placed again (``passes``). The
+   packing's predicted time, max over links of L, is what the cut bound
+   (``sim.bounds``) bounds from below; the trees come from a multiplicative-
+   weights heuristic, not an exact arborescence packing. Two regular packings
+   replace it when they predict within ``REGULAR`` of it: the star (every root
+   sends to every rank directly) and the symmetric packing (the first root's
+   trees, chosen against the load of all their images, mapped to every root
+   by automorphisms of the topology's family), because the simulator's link
+   sharing rewards every root behaving alike (docs/design.md).
 2. Each chunk flows down (up) its tree, one transfer per tree edge, so the
    chunks of one tree form a pipeline. In dataflow simulation transfers start
-   when their data is there, so a sender with all its data at hand would push
-   every chunk at once; to keep one chunk in flight per edge the sender stages
-   each chunk through a scratch slot of its own (copy into the slot, send
-   from it): the next copy into the slot waits for the previous send to finish
-   (write after read), which paces the pipeline. Forwarding ranks need no
-   staging: chunks reach them one after the other.
+   when their data is there, so a root (leaf) holding all its data would push
+   every chunk at once; its sends go through lanes instead, scratch slots of
+   their own (copy into the lane, send from it): the next copy into a lane
+   waits for the previous send to finish (write after read), which paces the
+   pipeline with ``LANES`` messages in flight per pair and root. Forwarding
+   ranks need no lanes: chunks reach them one after the other. Steps are
+   assigned by list scheduling, so the schedule is also correct in lockstep.
 3. allreduce is the reducescatter trees followed by the allgather trees over
    the same pieces: chunk j is reduced to its root along an in-tree, then sent
    out along an out-tree; in dataflow the two phases overlap chunk by chunk.
+
+Routes (``routed``): ``widest_routes`` and ``neighbour_routes`` give a topology
+explicit routes where the least-latency ones keep the bound out of reach; the
+schedule must then be simulated on the same routed topology.
 
 This module does not import torch.
 """
