@@ -182,6 +182,21 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
         return hit
 
     star = {r: np.full(n, r, dtype=np.int64) for r in roots}
+    direct = sum((tree_load(star[r], r) for r in roots), np.zeros(routes.nl)) * chunks
+    sym: dict[int, list[np.ndarray]] | None = None
+    perms = _automorphisms(topology, roots) if len(roots) > 1 and n <= SYMMETRIC_MAX_RANKS else None
+    if perms is not None:
+        sym, predicted = _pack_symmetric(routes, perms, roots, chunks, inward, passes, kappa)
+    if len(roots) == n and n > 1:
+        # Every rank a root: the cut bound is known, and a regular packing that comes within
+        # REGULAR of it needs no greedy packing to compare with.
+        from sim.bounds import cut_ratio
+
+        lowest = float(cut_ratio(topology, reverse=inward)[0]) * chunks  # seconds per chunk byte
+        if float(direct.max()) <= lowest * (1 + REGULAR):
+            return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
+        if sym is not None and predicted <= lowest * (1 + REGULAR):
+            return Packing(tuple(roots), chunks, inward, sym, predicted)
     for p in range(max(1, passes)):
         for j in range(chunks):
             for r in roots:
@@ -198,14 +213,10 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
                     trees[r][j] = parent
     np.maximum(load, 0.0, out=load)
     greedy = float(load.max()) if load.size else 0.0
-    direct = sum((tree_load(star[r], r) for r in roots), np.zeros(routes.nl)) * chunks
     if direct.size and float(direct.max()) <= greedy * (1 + REGULAR):
         return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
-    perms = _automorphisms(topology, roots) if len(roots) > 1 and n <= SYMMETRIC_MAX_RANKS else None
-    if perms is not None:
-        sym, predicted = _pack_symmetric(routes, perms, roots, chunks, inward, passes, kappa)
-        if predicted <= greedy * (1 + REGULAR):
-            return Packing(tuple(roots), chunks, inward, sym, predicted)
+    if sym is not None and predicted <= greedy * (1 + REGULAR):
+        return Packing(tuple(roots), chunks, inward, sym, predicted)
     return Packing(tuple(roots), chunks, inward, trees, greedy)
 
 
