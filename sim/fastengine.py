@@ -81,12 +81,18 @@ def dataflow_arrays(schedule: Schedule) -> tuple[np.ndarray, tuple[np.ndarray, n
                                                  np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """The dataflow relations of ``sim.dataflow`` as arrays, joined from sorted (slot, step) keys.
 
-    Returns ``waiting`` (per transfer, its dependency edges, counted with
-    multiplicity), ``dependents`` (CSR: for each transfer, the transfers that
-    wait for it to end, one entry per edge), ``readers_left`` (per transfer,
-    the same-step readers of its destination) and ``write_waiters`` (CSR: for
-    each transfer, the writers waiting for it to start). A dependency listed
-    twice is waited for twice and released twice, so multiplicity is harmless.
+    Returns ``waiting`` (per node, its dependency edges, counted with
+    multiplicity), ``dependents`` (CSR: for each node, the nodes that wait for
+    it to end, one entry per edge), ``readers_left`` (per transfer, the
+    same-step readers of its destination) and ``write_waiters`` (CSR: for each
+    transfer, the writers waiting for it to start). Nodes 0..n-1 are the
+    transfers; nodes from n on are *joins* that end, taking no time, when
+    everything they wait for has ended: one per write group of several
+    writers (what the group's later readers and writers wait for) and one per
+    set of several readers that several writers must outwait. Without them
+    the direct all-reduce at p = 1024 would list a billion edges (every copy
+    of its second step waits for the 1023 reductions into its source). A
+    dependency listed twice is waited for twice and released twice.
     """
     _src, _dst, src_slot, dst_slot, count, _red, offsets = slot_columns(schedule)
     n = len(count)
@@ -109,10 +115,21 @@ def dataflow_arrays(schedule: Schedule) -> tuple[np.ndarray, tuple[np.ndarray, n
     worder = np.argsort(wkey, kind="stable")
     wkey_s, wt_s = wkey[worder], mt[worder]
     del worder
-    # Write groups: the writes of one slot in one step.
+    # Write groups: the writes of one slot in one step. A group of one is its writer; larger ones get a join.
     gstart = np.flatnonzero(np.r_[True, wkey_s[1:] != wkey_s[:-1]])
     gkey = wkey_s[gstart]
     gend = np.r_[gstart[1:], len(wkey_s)]
+    gsize = gend - gstart
+    big = gsize > 1
+    node_of_group = np.where(big, 0, wt_s[gstart])
+    node_of_group[big] = n + np.arange(int(big.sum()), dtype=np.int64)
+    nodes = n + int(big.sum())
+    owners: list[np.ndarray] = []
+    deps: list[np.ndarray] = []
+    # A join waits for its group's writers.
+    o, e = _ranges(gstart[big], gend[big])
+    owners.append(node_of_group[big][o])
+    deps.append(wt_s[e])
 
     def last_group(keys: np.ndarray) -> np.ndarray:
         """Index of the last write group of the same slot in an earlier step (-1 if none)."""
@@ -121,35 +138,46 @@ def dataflow_arrays(schedule: Schedule) -> tuple[np.ndarray, tuple[np.ndarray, n
         ok[ok] = gkey[g[ok]] // width == keys[ok] // width
         return np.where(ok, g, -1)
 
-    owners: list[np.ndarray] = []
-    deps: list[np.ndarray] = []
     # Read after write: each read waits for the last write group of its slot.
     g = last_group(rkey_s)
     has = g >= 0
-    o, e = _ranges(gstart[g[has]], gend[g[has]])
-    owners.append(rt_s[has][o])
-    deps.append(wt_s[e])
-    # Write after write, and write after read (readers after the last write group's step, before this one).
-    g = last_group(wkey_s)
+    owners.append(rt_s[has])
+    deps.append(node_of_group[g[has]])
+    # Write after write: each write waits for the slot's previous write group.
+    g = last_group(gkey)
     has = g >= 0
-    o, e = _ranges(gstart[g[has]], gend[g[has]])
-    owners.append(wt_s[has][o])
-    deps.append(wt_s[e])
-    slot = wkey_s // width
+    o, e = _ranges(gstart[has], gend[has])
+    owners.append(wt_s[e])
+    deps.append(np.repeat(node_of_group[g[has]], gsize[has]))
+    # Write after read: a group's writers wait for the slot's readers after the previous group's step,
+    # before this one (directly, or through a join when there are several of each).
+    slot = gkey // width
     prev_step = np.where(has, gkey[np.maximum(g, 0)] % width, -1)
     lo = np.searchsorted(rkey_s, slot * width + prev_step + 1, side="left")
-    hi = np.searchsorted(rkey_s, wkey_s, side="left")
-    o, e = _ranges(lo, hi)
-    owners.append(wt_s[o])
+    hi = np.searchsorted(rkey_s, gkey, side="left")
+    nread = hi - lo
+    joined = (gsize > 1) & (nread > 1)
+    plain = ~joined & (nread > 0)
+    o, e = _ranges(lo[plain], hi[plain])  # few of each: every writer waits for every reader
+    pair_of_writer, ww = _ranges(gstart[plain][o], gend[plain][o])
+    owners.append(wt_s[ww])
+    deps.append(rt_s[e][pair_of_writer])
+    join = nodes + np.arange(int(joined.sum()), dtype=np.int64)
+    nodes += len(join)
+    o, e = _ranges(lo[joined], hi[joined])
+    owners.append(join[o])
     deps.append(rt_s[e])
+    o, e = _ranges(gstart[joined], gend[joined])
+    owners.append(wt_s[e])
+    deps.append(join[o])
     owner = np.concatenate(owners)
     dep = np.concatenate(deps)
     del owners, deps
-    waiting = np.bincount(owner, minlength=n).astype(np.int64)
-    dependents = _csr(dep, owner, n)
+    waiting = np.bincount(owner, minlength=nodes).astype(np.int64)
+    dependents = _csr(dep, owner, nodes)
     del owner, dep
     # Same-step readers of a slot a transfer writes (other than itself): the write waits for them to start.
-    lo = hi
+    lo = np.searchsorted(rkey_s, wkey_s, side="left")
     hi = np.searchsorted(rkey_s, wkey_s, side="right")
     o, e = _ranges(lo, hi)
     w_owner, w_reader = wt_s[o], rt_s[e]
@@ -456,11 +484,16 @@ class _Fluid:
                 self.finished += len(finishing)
                 if self.dataflow:
                     ptr, dep = self.dependents
-                    _o, e = _ranges(ptr[finishing], ptr[finishing + 1])
-                    if len(e):
+                    released = finishing
+                    while len(released):
+                        _o, e = _ranges(ptr[released], ptr[released + 1])
+                        if not len(e):
+                            break
                         us, c = np.unique(dep[e], return_counts=True)
                         self.waiting[us] -= c
-                        starting = us[self.waiting[us] == 0]
+                        ready = us[self.waiting[us] == 0]
+                        starting = np.concatenate([starting, ready[ready < self.n]])
+                        released = ready[ready >= self.n]  # joins end at once
                 else:
                     self.outstanding -= len(finishing)
                     if self.outstanding == 0:

@@ -38,14 +38,20 @@ def test_dependency_arrays_are_the_dataflow_graph(s: Schedule, seed: int, mutate
     g = dataflow_graph(s)
     waiting, (dptr, dependents), readers_left, (wptr, waiters) = dataflow_arrays(s)
     n = s.num_transfers
-    # Each edge may be listed more than once (waited for and released as often); the sets must match.
-    deps_of: list[set[int]] = [set() for _ in range(n)]
-    for u in range(n):
+    nodes = len(waiting)
+    # Each edge may be listed more than once (waited for and released as often); nodes from n on are joins,
+    # which stand for everything they wait for: the transfers reached through them must be the deps.
+    waits_for: list[list[int]] = [[] for _ in range(nodes)]
+    for u in range(nodes):
         for t in dependents[dptr[u]:dptr[u + 1]].tolist():
-            deps_of[t].add(u)
-    assert deps_of == [set(d) for d in g.deps]
-    assert waiting.tolist() == [sum(1 for u in range(n) for t in dependents[dptr[u]:dptr[u + 1]].tolist() if t == v)
-                                for v in range(n)]
+            waits_for[t].append(u)
+    assert waiting.tolist() == [len(w) for w in waits_for]
+
+    def real(u: int) -> set[int]:
+        return {u} if u < n else set().union(*(real(v) for v in waits_for[u]))
+
+    assert [set().union(*(real(u) for u in waits_for[t])) for t in range(n)] == [set(d) for d in g.deps]
+    assert all(waits_for[j] for j in range(n, nodes))  # a join waits for something
     after: list[Counter[int]] = [Counter() for _ in range(n)]
     for r in range(n):
         for w in waiters[wptr[r]:wptr[r + 1]].tolist():
