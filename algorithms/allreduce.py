@@ -340,18 +340,15 @@ def direct(ranks: int, *, chunks: int = 1) -> Schedule:
     """Direct all-reduce: every rank adds piece j into rank j, then rank j sends piece j to all (2 steps)."""
     p, k = ranks, chunks
     b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p * k), "direct")
+    # As arrays, in the order of the loops: for r: for j != r: for c in piece j: b.reduce(r, j, c).
+    outer, inner = np.divmod(np.arange(p * p), p)
+    off = outer != inner
+    outer, inner = np.repeat(outer[off], k), np.repeat(inner[off], k)
+    c = np.tile(np.arange(k), p * (p - 1))
     with b.step():
-        for r in range(p):
-            for j in range(p):
-                if j != r:
-                    for c in range(j * k, (j + 1) * k):
-                        b.reduce(r, j, c)
+        b.add_many(outer, inner, inner * k + c, op=Op.REDUCE)  # rank outer adds piece inner into rank inner
     with b.step():
-        for j in range(p):
-            for r in range(p):
-                if r != j:
-                    for c in range(j * k, (j + 1) * k):
-                        b.copy(j, r, c)
+        b.add_many(outer, inner, outer * k + c)  # rank outer sends its piece to rank inner
     return b.build()
 
 

@@ -240,3 +240,28 @@ def test_add_many_is_the_same_as_one_call_per_element() -> None:
         many.add_many([0, 1], 1, [0, 1 << 32])
     with many.step(), pytest.raises(ScheduleError, match="do not broadcast"):
         many.add_many([0, 1], [1, 2, 3], 0)
+
+
+def _direct_by_loops(p: int, k: int) -> Schedule:
+    """The direct all-reduce transfer by transfer (the reference for its vectorised builder)."""
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p * k), "direct")
+    with b.step():
+        for r in range(p):
+            for j in range(p):
+                if j != r:
+                    for c in range(j * k, (j + 1) * k):
+                        b.reduce(r, j, c)
+    with b.step():
+        for j in range(p):
+            for r in range(p):
+                if r != j:
+                    for c in range(j * k, (j + 1) * k):
+                        b.copy(j, r, c)
+    return b.build()
+
+
+@pytest.mark.parametrize(("p", "k"), [(1, 1), (2, 1), (3, 2), (5, 3)])
+def test_vectorised_direct_builds_the_same_transfers_as_the_loops(p: int, k: int) -> None:
+    from algorithms import registry
+
+    assert registry.build("allreduce", "direct", p, chunks=k).steps == _direct_by_loops(p, k).steps
