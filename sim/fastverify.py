@@ -221,28 +221,31 @@ class _Runner:
         # Races, as verify decides them in program order: when a slot's first write in the step is a copy,
         # every other write to it is a race; when it is a reduction, every copy to it is.
         lj = np.flatnonzero(live)
-        order = lj[np.lexsort((lj, d[lj]))]
-        ds = d[order]
-        start = np.r_[True, ds[1:] != ds[:-1]] if len(ds) else np.zeros(0, dtype=bool)
-        grp = np.cumsum(start) - 1
-        first = order[np.flatnonzero(start)]
-        racy = ~start & (as_copy[first][grp] | as_copy[order])
-        if racy.any():
-            if self.races:
-                for jj in np.flatnonzero(racy).tolist():
-                    j, other = int(order[jj]), int(first[grp[jj]])
-                    self._race(int(mt[j]), int(k[j]), int(mt[other]))
-            live[order[racy]] = False
+        sorted_d = np.sort(d[lj])
+        shared = len(sorted_d) > 1 and bool((sorted_d[1:] == sorted_d[:-1]).any())
+        if shared:  # some slot gets two writes: sort the writes by slot, then program order
+            order = lj[np.lexsort((lj, d[lj]))]
+            ds = d[order]
+            start = np.r_[True, ds[1:] != ds[:-1]]
+            grp = np.cumsum(start) - 1
+            first = order[np.flatnonzero(start)]
+            racy = ~start & (as_copy[first][grp] | as_copy[order])
+            if racy.any():
+                if self.races:
+                    for jj in np.flatnonzero(racy).tolist():
+                        j, other = int(order[jj]), int(first[grp[jj]])
+                        self._race(int(mt[j]), int(k[j]), int(mt[other]))
+                live[order[racy]] = False
         # Copies (at most one live per slot now).
         cj = np.flatnonzero(live & as_copy)
         rj = np.flatnonzero(live & ~as_copy)
         # Reductions: single-move slots with compact operands of the same chunk go vectorised.
         r_d = d[rj]
-        r_order = np.argsort(r_d, kind="stable")
-        rj = rj[r_order]
-        r_d = r_d[r_order]
         alone = np.ones(len(rj), dtype=bool)
-        if len(rj) > 1:
+        if shared and len(rj) > 1:
+            r_order = np.argsort(r_d, kind="stable")
+            rj = rj[r_order]
+            r_d = r_d[r_order]
             same = r_d[1:] == r_d[:-1]
             alone[1:] &= ~same
             alone[:-1] &= ~same
