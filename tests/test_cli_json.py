@@ -10,7 +10,8 @@ import pytest
 from algorithms import build, fileformat
 from runners.cli import build_parser, main
 
-COMMANDS = ("list", "verify", "export", "simulate", "sweep", "bench", "demo")
+COMMANDS = ("list", "verify", "export", "convert", "simulate", "sweep", "bound", "synthesize",
+            "bench", "demo", "calibrate", "validate", "tune")
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object], str]:
@@ -75,6 +76,13 @@ def test_demo_json_without_the_run(capsys: pytest.CaptureFixture[str], tmp_path:
      "/nonexistent.json"),
     (["bench", "--json", "--nproc", "2", "-c", "allreduce", "-a", "nosuch"], "unknown algorithm 'nosuch'"),
     (["demo", "--json", "--ranks", "4", "-t", "ring:3", "--no-run"], "ring:3 has 3 ranks, --ranks is 4"),
+    (["convert", "--json", "/nonexistent.json", "/nonexistent.xml"], "/nonexistent.json: cannot read"),
+    (["bound", "--json", "-c", "allgather", "-t", "ring:4"], "the following arguments are required: --size"),
+    (["bound", "--json", "-c", "allgather", "-t", "nosuch:4", "--size", "1MiB"], "unknown topology 'nosuch:4'"),
+    (["synthesize", "--json", "-c", "barrier", "-t", "ring:4", "-o", "/nonexistent.json"], "invalid choice: 'barrier'"),
+    (["calibrate", "--json", "--nproc", "0"], "--nproc must be >= 2, got 0"),
+    (["validate", "--json", "--machine", "/nonexistent.json", "--nproc", "2"], "cannot read /nonexistent.json"),
+    (["tune", "--json", "--machine", "/nonexistent.json", "--nproc", "2"], "cannot read /nonexistent.json"),
 ])
 def test_errors_are_one_object_with_ok_false(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                              argv: list[str], message: str) -> None:
