@@ -191,7 +191,9 @@ def test_place_keeps_every_route_length_under_the_inverse_mapping(data: st.DataO
         for b in range(p):
             new, old = placed.route_links(a, b), topo.route_links(mapping[a], mapping[b])
             assert len(new[0]) == len(old[0]), (a, b)
-            assert new[1] == pytest.approx(old[1], rel=1e-12, abs=1e-18)
+            # Routing compares latencies in whole femtoseconds, so two routes within 1 fs tie and the
+            # relabelled graph may break the tie the other way (hypothesis found 0.0 vs 2.2e-16 s).
+            assert new[1] == pytest.approx(old[1], rel=1e-12, abs=1e-15)
     schedule = allreduce.ring(p)
     result = simulate(schedule, placed, 2**20)
     assert result.ok, result.violations
