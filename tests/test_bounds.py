@@ -214,7 +214,7 @@ def test_cuts_match_brute_force(data: st.DataObject) -> None:
 
 # -- no schedule beats the bound -------------------------------------------------------------------------
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_no_library_algorithm_beats_the_bound(data: st.DataObject) -> None:
     p = data.draw(st.integers(2, 6), label="ranks")
