@@ -362,3 +362,14 @@ def test_neighbour_routes_let_synthesis_use_every_link() -> None:
     assert w.route(0, 1) == (0, 1)
     better = check(Kind.ALLGATHER, w, size, chunks=16)
     assert plain > 5 * better and better <= 1.7 * b.bound_s  # measured: 13x faster, 1.60x the bound
+
+
+def test_backend_policy_names_synth_through_a_tuning_file() -> None:
+    from runners import policy
+
+    rules = policy.parse_tuning({"format": policy.TUNING_FORMAT, "rules": {
+        "allgather": [{"algorithm": "synth", "params": {"topology": "cluster:2x4", "chunks": 2}}]}})
+    choice = policy.Policy.defaults().override(rules).choose("allgather", 1 << 20, 8)
+    assert choice.algorithm == "synth"
+    s = policy.schedule(Kind.ALLGATHER, choice, 8)
+    assert s.name == "synth" and s.collective.chunks == 2 and verify(s).ok
