@@ -56,7 +56,7 @@ from fractions import Fraction
 from typing import Any
 
 import networkx as nx
-from networkx.algorithms.flow import build_residual_network, dinitz
+from networkx.algorithms.flow import build_residual_network, preflow_push
 
 from algorithms.errors import CollschedError
 from algorithms.ir import ROOTED_KINDS, Kind
@@ -181,7 +181,7 @@ class _Flows:
 
     def min_cut(self, src: Hashable, sink: Hashable) -> tuple[int, set[Any]]:
         """Value of a min cut src -> sink and its source side."""
-        r = dinitz(self.g, src, sink, residual=self.residual)
+        r = preflow_push(self.g, src, sink, residual=self.residual)
         value = int(r.graph["flow_value"])
         succ = r.succ
         side = {src}
