@@ -373,3 +373,21 @@ def test_backend_policy_names_synth_through_a_tuning_file() -> None:
     assert choice.algorithm == "synth"
     s = policy.schedule(Kind.ALLGATHER, choice, 8)
     assert s.name == "synth" and s.collective.chunks == 2 and verify(s).ok
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_synthesized_schedules_run_on_torch_ranks() -> None:
+    # The runner executes a synthesized allgather and allreduce on 4 gloo ranks and compares
+    # every element with torch's own collective ("wrong": elements that differ).
+    import json
+    import subprocess
+    import sys
+
+    for kind, spec in (("allgather", "cluster:2x2"), ("allreduce", "ring:4")):
+        out = subprocess.run([sys.executable, "-m", "runners.cli", "bench", "--nproc", "4", "-c", kind, "-a", "synth",
+                              "--param", f"topology={spec}", "-k", "2", "--sizes", "64KiB", "--iters", "1", "--json"],
+                             capture_output=True, text=True, timeout=300, check=False)
+        assert out.returncode == 0, out.stderr[-2000:]
+        rows = json.loads(out.stdout)["rows"]
+        assert rows and all(r["wrong"] == 0 and r["checked"] and r["algorithm"] == "synth" for r in rows)
