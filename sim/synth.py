@@ -217,6 +217,21 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
         return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
     if sym is not None and predicted <= greedy * (1 + REGULAR):
         return Packing(tuple(roots), chunks, inward, sym, predicted)
+    if len(roots) == 1 and n > 2:
+        # One root: the chains through the ranks in order from it, one way, the other, or
+        # alternating by chunk (a pipeline with one flow per link: optimal on a fat tree).
+        r = roots[0]
+        forward = np.empty(n, dtype=np.int64)
+        backward = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            forward[(r + i) % n] = (r + i - 1) % n if i else r
+            backward[(r - i) % n] = (r - i + 1) % n if i else r
+        options = {"forward": [forward] * chunks, "backward": [backward] * chunks,
+                   "both": [forward if j % 2 == 0 else backward for j in range(chunks)]}
+        for chain in options.values():
+            total = sum((tree_load(t, r) for t in chain), np.zeros(routes.nl))
+            if float(total.max()) <= greedy * (1 + REGULAR):
+                return Packing(tuple(roots), chunks, inward, {r: chain}, float(total.max()))
     return Packing(tuple(roots), chunks, inward, trees, greedy)
 
 
