@@ -303,23 +303,39 @@ def _runner(rank: int, p: int, check: bool) -> list[dict[str, Any]]:
     return [{**row, "time_s": _median(ts)} for (row, *_), ts in zip(cases, t.tolist(), strict=True)]
 
 
-def measure(rank: int, check: bool = True) -> dict[str, Any]:
-    """Every micro-benchmark on the current process group (every rank returns the same record)."""
+def _median_of(values: list[Any]) -> Any:
+    """Element by element, the median of equally shaped records (numbers; dicts and lists recursively)."""
+    first = values[0]
+    if isinstance(first, dict):
+        return {k: (_median_of([v[k] for v in values]) if k not in ("collective", "algorithm") else first[k])
+                for k in first}
+    if isinstance(first, list):
+        return [_median_of([v[i] for v in values]) for i in range(len(first))]
+    if isinstance(first, float):
+        return _median(values)
+    return first
+
+
+def measure(rank: int, check: bool = True, rounds: int = 3) -> dict[str, Any]:
+    """Every micro-benchmark on the current process group, ``rounds`` times; each figure is the median over
+    the rounds, so a burst of load from elsewhere during one round does not skew the fit (every rank
+    returns the same record)."""
     import torch
     import torch.distributed as dist
 
     p = dist.get_world_size()
     if p < 2:
         raise CalibrationError("calibration needs at least 2 ranks")
+    if rounds < 1:
+        raise CalibrationError(f"--rounds must be >= 1, got {rounds}")
     torch.manual_seed(0)
     t0 = time.perf_counter()
     rec: dict[str, Any] = {"ranks": p, "p2p_sizes": list(P2P_SIZES), "flow_bytes": FLOW_SIZE,
-                           "reduce_sizes": list(REDUCE_SIZES), "runner_check": check}
-    rec["p2p"] = _p2p(rank, p)
-    rec["flows"] = _flows(rank, p)
+                           "reduce_sizes": list(REDUCE_SIZES), "runner_check": check, "rounds": rounds}
+    runs = [{"p2p": _p2p(rank, p), "flows": _flows(rank, p), "reduce": _reductions(rank, p),
+             "runner": _runner(rank, p, check)} for _ in range(rounds)]
+    rec.update(_median_of(runs))
     rec["patterns"] = {k: [list(f) for f in v] for k, v in _patterns(p).items()}
-    rec["reduce"] = _reductions(rank, p)
-    rec["runner"] = _runner(rank, p, check)
     rec["seconds"] = time.perf_counter() - t0
     return rec
 
@@ -417,7 +433,7 @@ def fit_machine(rec: dict[str, Any]) -> Any:
     runner = fit_runner(rec["runner"], topo, reduce_bw, p)
     engine = EngineParams(reduce_bandwidth=reduce_bw, launch=float(runner["launch_s"]),
                           message_cpu=float(runner["message_cpu_s"]))
-    model = {"source": "collsched calibrate", "ranks": p, "seconds": rec.get("seconds"),
+    model = {"source": "collsched calibrate", "ranks": p, "seconds": rec.get("seconds"), "rounds": rec.get("rounds"),
              "p2p": {"pooled": p2p, "knee": knee, "pairs": pairs, "sizes": sizes, "times_s": rec["p2p"]},
              "flows": {"bytes": rec["flow_bytes"], "patterns": rec["patterns"], "times_s": rec["flows"], "fit": cap},
              "reduce": {"sizes": rec["reduce_sizes"], "times_s": rec["reduce"], "fit": gamma},
@@ -443,7 +459,8 @@ def summary(machine: Any) -> str:
     m, e = machine.model, machine.engine
     p2p, knee, cap = m["p2p"]["pooled"], m["p2p"]["knee"], m["flows"]["fit"]
     hb = cap["host_bandwidth_Bps"]
-    lines = [f"# collsched calibrate: {m['ranks']} ranks, {m['seconds'] or 0:.1f} s of measurements",
+    lines = [f"# collsched calibrate: {m['ranks']} ranks, {m['seconds'] or 0:.1f} s of measurements "
+             f"({m.get('rounds') or 1} rounds, medians)",
              f"point-to-point  α = {p2p['alpha_s'] * 1e6:.1f} us, B = {p2p['bandwidth_Bps'] / 1e9:.3f} GB/s "
              f"(rms {p2p['rms_rel']:.1%}, max {p2p['max_rel']:.1%}; "
              f"{len(m['p2p']['pairs'])} pair(s), pooled medians)",
@@ -652,7 +669,7 @@ def _save(machine: Any, path: str) -> None:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    rec = _spawn(measure, args.nproc, args.check, timeout=args.job_timeout)
+    rec = _spawn(measure, args.nproc, args.check, args.rounds, timeout=args.job_timeout)
     machine = fit_machine(rec)
     _save(machine, args.out)
     wall = time.perf_counter() - t0
@@ -775,6 +792,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--out", "-o", default="machine.json", help="machine file to write (default machine.json)")
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="time the runner without its cross-rank argument check (run(check=False))")
+    p.add_argument("--rounds", type=int, default=3, help="times every micro-benchmark runs; each figure is the "
+                                                         "median over them (default 3)")
     p.add_argument("--job-timeout", type=float, default=1800.0, help="seconds before the whole job is killed")
     add_common_args(p, json_help='print {"ok", "out", "wall_s", "engine", "model"}')
     p.set_defaults(func=_cmd_calibrate)
@@ -812,12 +831,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runners.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--out", "-o", default="machine.json")
     parser.add_argument("--no-check", dest="check", action="store_false")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     from runners.launch import init
 
     try:
         rank, _ = init("gloo")
-        rec = measure(rank, args.check)
+        rec = measure(rank, args.check, args.rounds)
     except CollschedError as e:
         print(f"runners.calibrate: error: {e}", file=sys.stderr)
         return 2

@@ -201,7 +201,7 @@ def test_calibrate_validate_tune_end_to_end(tmp_path: Path, capsys: pytest.Captu
     from sim.cli import main as sim_main
 
     mpath = tmp_path / "machine.json"
-    assert main(["calibrate", "--nproc", "2", "--out", str(mpath), "--json"]) == 0
+    assert main(["calibrate", "--nproc", "2", "--rounds", "1", "--out", str(mpath), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     m = M.load(mpath)
     assert out["engine"] == m.engine.to_dict() and m.topology.ranks == 2
@@ -230,3 +230,11 @@ def test_calibrate_validate_tune_end_to_end(tmp_path: Path, capsys: pytest.Captu
     doc = json.loads(tpath.read_text())
     first = doc["rules"]["allreduce"][0]
     assert policy.choose("allreduce", 1024, 2).algorithm == first["algorithm"]
+
+
+def test_rounds_combine_as_medians() -> None:
+    a = {"p2p": {"0-1": [1.0, 10.0]}, "runner": [{"collective": "allgather", "size": 4, "time_s": 3.0}]}
+    b = {"p2p": {"0-1": [2.0, 30.0]}, "runner": [{"collective": "allgather", "size": 4, "time_s": 1.0}]}
+    c = {"p2p": {"0-1": [9.0, 20.0]}, "runner": [{"collective": "allgather", "size": 4, "time_s": 2.0}]}
+    assert C._median_of([a, b, c]) == {"p2p": {"0-1": [2.0, 20.0]},
+                                       "runner": [{"collective": "allgather", "size": 4, "time_s": 2.0}]}
