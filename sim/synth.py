@@ -71,7 +71,7 @@ PASSES = 3
 REGULAR = 0.06
 """Use the star packing (every root sends to every rank directly) when its predicted time is within
 this fraction of the greedy packing's: the same load, but every chunk the same tree."""
-SYMMETRIC_MAX_RANKS = 64
+SYMMETRIC_MAX_RANKS = 256
 """When every root has an automorphism of the topology taking the first root to it, the first root's
 trees mapped by those automorphisms are used instead if they predict no worse (within ``REGULAR``):
 every root then behaves alike, which the simulator's link sharing rewards (``_automorphisms``)."""
