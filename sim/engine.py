@@ -48,13 +48,17 @@ import numpy as np
 from algorithms.errors import CollschedError
 from algorithms.ir import Collective, Kind, Op, Schedule
 from sim import progress
+from sim.fairshare import FairShare
 from sim.semantics import SlotLayout, initial_state, write
 from sim.topology import Link, Topology, TopologyError
 from sim.verify import DOUBLE_COUNT, UNINITIALISED_READ, Violation, check_final
 
-__all__ = ["MODES", "Faults", "SimResult", "SimulationError", "busbw_factor", "chunk_bytes", "simulate"]
+__all__ = ["ENGINES", "MODES", "Faults", "SimResult", "SimulationError", "busbw_factor", "chunk_bytes", "simulate"]
 
 MODES: tuple[str, ...] = ("dataflow", "lockstep")
+ENGINES: tuple[str, ...] = ("auto", "simpy", "fast")
+"""``simulate``'s engines: simpy (the reference, an event per transfer phase), fast (``sim.fastengine``,
+vectorised), auto (fast whenever it computes exactly what simpy would: every run without ``message_cpu``)."""
 
 
 class SimulationError(CollschedError, ValueError):
@@ -137,6 +141,9 @@ class SimResult:
     link_busy: Mapping[Link, float] = field(repr=False)
     events: int
     violations: tuple[Violation, ...] = ()
+    engine: str = "simpy"
+    """The engine that ran: ``simpy`` or ``fast``; ``events`` counts its events (simpy: timeouts; fast:
+    event times, or steps when it computed the run in closed form)."""
 
     def __repr__(self) -> str:
         return (f"SimResult({self.schedule.name} {self.schedule.collective.describe()} on {self.topology.name}, "
@@ -170,7 +177,7 @@ class SimResult:
             return x / 1e9 if math.isfinite(x) else None
 
         return {"ok": self.ok, "time_s": self.time, "algbw_GBps": gb(self.algbw), "busbw_GBps": gb(self.busbw),
-                "transfers": self.transfers, "events": self.events}
+                "transfers": self.transfers, "events": self.events, "engine": self.engine}
 
 
 def simulate(
@@ -185,6 +192,7 @@ def simulate(
     progress: bool = False,
     launch: float = 0.0,
     message_cpu: float = 0.0,
+    engine: str = "auto",
 ) -> SimResult:
     """Simulate ``schedule`` moving a message of ``size`` bytes over ``topology`` (module docstring).
 
@@ -199,7 +207,12 @@ def simulate(
     until its source is free, then that long; its landing waits until its
     destination is free, then that long. 0 leaves the run unchanged.
     ``progress``: show a tqdm bar on stderr for long runs.
+    ``engine``: ``simpy``, ``fast`` or ``auto`` (``ENGINES``): both give the same times (to rounding) and
+    the same verdict; auto takes fast unless the run needs what only simpy models (``message_cpu``) or the
+    schedule races (two writes to a slot in one step, whose order only simpy's event order decides).
     """
+    if engine not in ENGINES:
+        raise SimulationError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if mode not in MODES:
         raise SimulationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
@@ -217,6 +230,9 @@ def simulate(
     if topology.ranks != schedule.ranks:
         raise TopologyError(
             f"topology {topology.name} has {topology.ranks} ranks but the schedule needs {schedule.ranks}")
+    if engine == "fast" and message_cpu:
+        raise SimulationError("engine fast does not model message_cpu (one message at a time per rank): "
+                              "use engine simpy or auto")
     faults = faults or Faults()
     topology = faults.apply(topology)
     # The run allocates millions of small objects and frees none of them in cycles; the cyclic
@@ -224,13 +240,47 @@ def simulate(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        run = _Run(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth, faults.stragglers,
-                   progress, float(message_cpu))
-        result = run.go()
+        result = None
+        if engine == "fast" or (engine == "auto" and not message_cpu):
+            result = _fast(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth,
+                           faults.stragglers, progress, strict=engine == "auto")
+        if result is None:
+            run = _Run(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth, faults.stragglers,
+                       progress, float(message_cpu))
+            result = run.go()
         return _delayed(result, float(launch)) if launch else result
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _fast(schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
+          reduce_bandwidth: float | None, stragglers: Mapping[int, float], progress: bool,
+          strict: bool) -> SimResult | None:
+    """The run on ``sim.fastengine``; None when ``strict`` and the schedule races (simpy's event order decides)."""
+    from sim import fastverify
+    from sim.fastengine import run_fast
+    from sim.verify import RACE
+
+    state, bad = fastverify.run(schedule, races=True)
+    if any(v.kind == RACE for v in bad):
+        if strict:
+            return None
+        bad = [v for v in bad if v.kind != RACE]  # reported by verify; the run keeps the first write
+    bad.extend(fastverify.check(schedule, state))
+    del state
+    chunk = chunk_bytes(schedule.collective, size)
+    got = run_fast(schedule, topology, size, mode, overhead, reduce_bandwidth, stragglers, chunk, progress)
+
+    def frozen(a: np.ndarray) -> np.ndarray:
+        a.flags.writeable = False
+        return a
+
+    return SimResult(
+        schedule=schedule, topology=topology, mode=mode, size=size, chunk_bytes=chunk, time=got["time"],
+        start=frozen(got["start"]), send_start=frozen(got["send_start"]), send_end=frozen(got["send_end"]),
+        end=frozen(got["end"]), link_busy=got["link_busy"], events=got["events"], violations=tuple(bad),
+        engine="fast")
 
 
 def _delayed(result: SimResult, launch: float) -> SimResult:
@@ -257,6 +307,7 @@ class _Run:
                  reduce_bandwidth: float | None, stragglers: Mapping[int, float], progress: bool,
                  message_cpu: float = 0.0) -> None:
         import simpy
+        import simpy.events
 
         self.env = simpy.Environment()
         self.Timeout = simpy.Timeout
@@ -320,12 +371,13 @@ class _Run:
         self.cpu = message_cpu
         self.cpu_free = [0.0] * p
         self.bw = topology.link_bandwidths() + [float(reduce_bandwidth or 1.0)] * p
-        self.active: list[set[int]] = [set() for _ in range(nl + p)]
+        self.share = FairShare(self.bw)
+        self.settling = False
+        self.late = simpy.events.EventPriority(2)  # after simpy's NORMAL events of the same instant
         self.busy = [0.0] * (nl + p)
         self.busy_since = [0.0] * (nl + p)
         self.cur_links: list[tuple[int, ...]] = [()] * n
         self.reducing = bytearray(n)
-        self.dirty: set[int] = set()
         self.rate = [0.0] * n
         self.remaining = [0.0] * n
         self.last = [0.0] * n
@@ -347,7 +399,7 @@ class _Run:
         else:
             from sim.dataflow import Readiness, dataflow_graph
 
-            self.ready = Readiness(dataflow_graph(schedule))
+            self.ready = Readiness(dataflow_graph(schedule, progress=progress))
 
     def _where(self, t: int) -> tuple[int, int]:
         si = bisect_right(self.step_first, t) - 1
@@ -378,8 +430,15 @@ class _Run:
                 self._start(to_start.pop())
             while to_finish:
                 self._finish(to_finish.pop())
-        if self.dirty:
-            self._settle()
+        if self.share.dirty and not self.settling:
+            # Settle once the instant's other events have run (priority 2 sorts after simpy's NORMAL):
+            # rates depend only on the set of flows, and many flows often start or end together.
+            self.settling = True
+            ev = self.env.event()
+            ev.callbacks.append(self._on_settle)
+            ev._ok = True
+            ev._value = None
+            self.env.schedule(ev, priority=self.late)
 
     def _next_step(self) -> None:
         # Lockstep: every transfer of the step reads before any of them writes.
@@ -434,33 +493,23 @@ class _Run:
         self.cur_links[t] = links
         self.remaining[t] = self.nbytes[t]
         self.last[t] = now
-        active, dirty = self.active, self.dirty
+        flows_on = self.share.flows_on
         for lk in links:
-            a = active[lk]
-            if not a:
+            if not flows_on[lk]:
                 self.busy_since[lk] = now
-            a.add(t)
-            dirty.add(lk)
+        self.share.add(t, links)
+
+    def _on_settle(self, ev: Any) -> None:
+        self.settling = False
+        self._settle()
 
     def _settle(self) -> None:
-        """Recompute the rate of every flow on a link whose flow set changed; reschedule their ends."""
+        """Max-min rates over the component of the links whose flows changed; reschedule the flows whose rate moved."""
         now = self.env.now
-        active, bw, flinks = self.active, self.bw, self.cur_links
         rate, remaining, last, version = self.rate, self.remaining, self.last, self.version
-        dirty = self.dirty
-        # Usually one link changed: iterate its flows as they are (nothing below edits them).
-        affected = active[next(iter(dirty))] if len(dirty) == 1 else set().union(*(active[lk] for lk in dirty))
-        dirty.clear()
         timeout, env, cb = self.Timeout, self.env, self._on_sent
-        for f in affected:
-            r = math.inf
-            for lk in flinks[f]:
-                share = bw[lk] / len(active[lk])
-                if share < r:
-                    r = share
+        for f, r in self.share.settle().items():
             old = rate[f]
-            if r == old:
-                continue
             if old > 0:
                 left = remaining[f] - old * (now - last[f])
                 remaining[f] = left if left > 0 else 0.0
@@ -476,13 +525,10 @@ class _Run:
         if self.version[f] != v:
             return  # a rate change superseded this completion
         now = self.env.now
-        active, dirty = self.active, self.dirty
+        self.share.remove(f)  # the flows left on its links speed up at the next settle
+        flows_on = self.share.flows_on
         for lk in self.cur_links[f]:
-            a = active[lk]
-            a.discard(f)
-            if a:
-                dirty.add(lk)  # the flows left on it speed up
-            else:
+            if not flows_on[lk]:
                 self.busy[lk] += now - self.busy_since[lk]
         self.rate[f] = 0.0
         if self.reducing[f]:

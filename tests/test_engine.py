@@ -14,7 +14,7 @@ import pytest
 from algorithms import registry
 from algorithms.builder import ScheduleBuilder
 from algorithms.errors import RegistryError
-from algorithms.ir import Buf, Collective, Kind, Schedule
+from algorithms.ir import Buf, Collective, Kind, Schedule, Step, Transfer
 from sim import topology as T
 from sim.cost import predict, relative_error
 from sim.dataflow import dataflow_graph
@@ -215,6 +215,46 @@ def test_a_flow_runs_at_its_bottleneck_link() -> None:
         g.add_edge(u, v, bandwidth=bw, latency=0.25)
     r = simulate(registry.build("broadcast", "binomial", 2), Topology(g), 10.0)
     assert close(r.time, 0.5 + 10.0 / 2.0)
+
+
+def _network(links: list[tuple[int | str, int | str, float]], ranks: int) -> Topology:
+    g = nx.DiGraph()
+    g.add_nodes_from(range(ranks))
+    for u, v, bw in links:
+        g.add_edge(u, v, bandwidth=bw, latency=0.0)
+    return Topology(g)
+
+
+@pytest.mark.parametrize("engine", ["simpy", "fast"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_flow_bottlenecked_elsewhere_leaves_the_rest_of_a_shared_link_to_the_others(mode: str, engine: str) -> None:
+    # Rank 0 sends 90 bytes to rank 1 and 90 to rank 2 at once through switch s; the link 0 -> s (10 B/s)
+    # carries both, and s -> 2 is 1 B/s. Max-min: the flow to 2 runs at 1 B/s and the flow to 1 gets the rest
+    # of 0 -> s, 9 B/s (equal shares would give it 5 and leave 4 idle): it ends at 10 s. The flow to 2 is
+    # still held by its 1 B/s link then: it ends at 90 s.
+    topo = _network([(0, "s", 10.0), ("s", 1, 10.0), ("s", 2, 1.0), (1, "s", 10.0), (2, "s", 10.0),
+                     ("s", 0, 10.0)], 3)
+    s = Schedule(Collective(Kind.BROADCAST, 3, 1, 0), "fan-out", (Step((Transfer(0, 1), Transfer(0, 2))),))
+    r = simulate(s, topo, 90.0, mode=mode, engine=engine)
+    assert r.ok and r.engine == engine
+    assert close(r.send_end[0], 10.0) and close(r.send_end[1], 90.0) and close(r.time, 90.0)
+    assert close(r.link_busy[(0, "s")], 90.0) and close(r.link_busy[("s", 1)], 10.0)
+
+
+@pytest.mark.parametrize("engine", ["simpy", "fast"])
+@pytest.mark.parametrize("mode", MODES)
+def test_parking_lot_with_a_slow_second_link(mode: str, engine: str) -> None:
+    # Links 0 -> 1 (3 B/s) and 1 -> 2 (1 B/s); a long flow 0 -> 2 over both and a short flow on each, 5 bytes
+    # each. 1 -> 2 saturates first: the long flow and the short 1 -> 2 flow get 1/2 each; the short 0 -> 1
+    # flow gets 3 - 1/2 = 5/2 (equal shares: 3/2) and ends at 2 s; the two others at 10 s.
+    topo = _network([(0, 1, 3.0), (1, 2, 1.0), (1, 0, 1.0), (2, 1, 1.0)], 3)
+    coll = Collective(Kind.ALLGATHER, 3, 1)
+    s = Schedule(coll, "parking-lot", (Step((Transfer(0, 2, Buf.INPUT, 0, Buf.OUTPUT, 0),
+                                             Transfer(0, 1, Buf.INPUT, 0, Buf.OUTPUT, 0),
+                                             Transfer(1, 2, Buf.INPUT, 0, Buf.OUTPUT, 1))),))
+    r = simulate(s, topo, 15.0, mode=mode, engine=engine)  # allgather: 15 bytes of output, 5 per chunk
+    assert [round(x, 9) for x in r.send_end] == [10.0, 2.0, 10.0]
+    assert not r.ok  # half an allgather: only the timing matters here
 
 
 # -- faults --------------------------------------------------------------------------------------
