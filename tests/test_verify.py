@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from algorithms import Buf, Collective, Kind, Op, Schedule, ScheduleBuilder, Step, Transfer, build
 from sim.verify import DOUBLE_COUNT, RACE, UNINITIALISED_READ, WRONG_SLOT, verify
 
@@ -184,3 +186,21 @@ def test_a_slot_never_written_and_a_contribution_held_only_before_step_0() -> No
     wrong = _wrong(Schedule(coll, "overwrite", steps))
     assert wrong[(0, "output", 1)]["missing"] == [{"chunk": 0, "ranks": "1", "last_held_step": -1}]
     assert "was held only before step 0" in str(verify(Schedule(coll, "overwrite", steps)))
+
+
+def test_large_schedules_are_decided_on_compact_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sim.verify as V
+
+    s = build("allreduce", "ring", 8)
+    broken = Schedule(s.collective, s.name, s.steps[:-1])
+    slow = V.verify(broken)  # the slot-by-slot executor: wrong slots name their last writer
+    monkeypatch.setattr(V, "COMPACT_FROM", 1)
+    assert V.verify(s).ok
+    explained = V.verify(broken)  # broken: the slot-by-slot executor explains it
+    assert explained == slow and any(v.writer is not None for v in explained.violations)
+    monkeypatch.setattr(V, "EXPLAIN_UP_TO", 1)
+    compact = V.verify(broken)  # too large to explain: the compact check's own report
+    assert not compact.ok
+    assert [(v.kind, v.rank, v.buf, v.index) for v in compact.violations] == \
+        [(v.kind, v.rank, v.buf, v.index) for v in slow.violations]
+    assert all(v.writer is None for v in compact.violations)
