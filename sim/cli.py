@@ -382,6 +382,9 @@ def _network_args(p: argparse.ArgumentParser) -> None:
                    help=f"which topology node each rank runs on: {_PLACEMENT_FORMS}; default identity (rank r on "
                         "node r). Faults then name ranks: node U of --link-down is where rank U runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--engine", choices=("auto", "simpy", "fast"), default="auto",
+                   help="simpy (the reference), fast (vectorised, the same times) or auto (fast whenever it is "
+                        "exact for the run; default)")
     p.add_argument("--bound", choices=("auto", "yes", "no"), default="auto",
                    help=f"compute the lower bound and efficiency (exact max-flow cuts; minutes on large rings): "
                         f"auto does up to {BOUND_AUTO_RANKS} ranks (default auto)")
@@ -403,7 +406,8 @@ def _add_sim_parsers(subparsers: Any) -> None:
     p.add_argument("--size", "-s", required=True, metavar="N", help="message size (nccl-tests convention), e.g. 256MiB")
     p.add_argument("--trace", metavar="F.json", help="write a Chrome/Perfetto trace")
     p.add_argument("--plot", metavar="F.png", help="write a timeline plot")
-    add_common_args(p, json_help='print {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "wall_s"}')
+    add_common_args(p, json_help='print {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "engine", '
+                                 '"wall_s", "peak_rss_MiB"}')
     p.set_defaults(func=_cmd_simulate)
 
     p = subparsers.add_parser("sweep", help="simulate every algorithm of a kind over message sizes")
@@ -454,7 +458,16 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
         else machine.message_cpu,
         "faults": _faults(args),
         "progress": not args.no_progress,
+        "engine": args.engine,
     }
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory so far, in MiB (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
 
 
 def _gb(x: float) -> float | None:
@@ -506,7 +519,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         schedule.collective.kind, schedule.collective.root, topo, size, opts["faults"])
     eff = {"bound_s": b.bound_s, "efficiency": b.efficiency(result.time)} if b is not None else {}
     if args.json:
-        print(json.dumps({**result.to_dict(), "wall_s": wall, "stretched_pairs": [list(t) for t in stretched], **eff}))
+        print(json.dumps({**result.to_dict(), "wall_s": wall, "peak_rss_MiB": _peak_rss_mib(),
+                          "stretched_pairs": [list(t) for t in stretched], **eff}))
     else:
         _print_result(result, schedule, wall, args)
         if b is not None:
@@ -541,7 +555,8 @@ def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.N
     print(f"  time       {_human_time(result.time)}")
     print(f"  algbw      {algbw:.4f} GB/s" if algbw is not None else "  algbw      - (no time)")
     print(f"  busbw      {busbw:.4f} GB/s" if busbw is not None else "  busbw      - (no time)")
-    print(f"  transfers  {result.transfers}, events {result.events}, simulated in {wall:.3f} s")
+    print(f"  transfers  {result.transfers}, events {result.events}, simulated in {wall:.3f} s by the "
+          f"{result.engine} engine, peak memory {_peak_rss_mib():.0f} MiB")
     if result.link_busy and result.time > 0:
         (u, v), busy = max(result.link_busy.items(), key=lambda kv: kv[1])
         print(f"  busiest    link {u}->{v}, busy {100 * busy / result.time:.1f}% of the time")

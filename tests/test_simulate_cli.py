@@ -60,7 +60,8 @@ def test_simulate_json_contract_and_closed_form(capsys: pytest.CaptureFixture[st
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "wall_s",
-                        "stretched_pairs", "bound_s", "efficiency"}
+                        "peak_rss_MiB", "engine", "stretched_pairs", "bound_s", "efficiency"}
+    assert doc["engine"] == "fast" and doc["peak_rss_MiB"] > 0  # auto: the fast engine is exact for this run
     assert doc["stretched_pairs"] == []  # a ring on a ring: every neighbour one link away
     n, p = 256 * 2**20, 8
     want = 2 * (p - 1) * (1e-6 + n / (p * 50e9))
