@@ -7,14 +7,16 @@ Model (docs/design.md, "The simulator"). A transfer of b bytes from rank a to ra
    reads (snapshots) its source then;
 2. waits the endpoint overhead, plus the straggler delay when a or b' is a
    straggler;
-3. streams its bytes as a *flow* along its route: a flow's rate is the
-   smallest, over its links, of the link's bandwidth divided by the number of
-   flows on it (fair sharing), and every rate on a link is recomputed when a
-   flow starts or ends there; the link is busy while it carries a flow;
+3. streams its bytes as a *flow* along its route, at its max-min fair rate
+   (progressive filling over the active flows, ``sim.fairshare``: a flow
+   held back by a slow link elsewhere leaves the rest of a shared link to the
+   others), recomputed once per instant at which a flow starts or ends, over
+   the flows connected to the links that changed; the link is busy while it
+   carries a flow;
 4. waits the route's latency (propagation of the last byte), then, for a
    ``reduce``, combines its b bytes at the destination: each rank reduces at
-   ``reduce_bandwidth`` bytes/s, shared fairly by the reductions it runs at
-   once (a reduction is a flow on the rank's own "reducer" link);
+   ``reduce_bandwidth`` bytes/s, shared by the reductions it runs at once
+   (a reduction is a flow on the rank's own "reducer" link, shared max-min too);
 5. *ends*: writes its destination. In dataflow mode a write also waits for the
    transfers of its own step that read that slot to have started.
 
@@ -31,6 +33,10 @@ equals the alpha-beta closed form (``sim.cost``) to rounding.
 Sizes follow nccl-tests (docs/design.md, "Sizes and bandwidths"): ``size`` is the buffer of allreduce,
 broadcast and reduce, the output of allgather and gather, the input of
 reducescatter, scatter and alltoall, and one token of a barrier.
+
+This module is the simpy engine, the reference; ``simulate(engine="fast")``
+computes the same model with ``sim.fastengine`` (numpy arrays, no event per
+transfer) and ``engine="auto"``, the default, does so whenever that is exact.
 """
 
 from __future__ import annotations
@@ -299,8 +305,9 @@ class _Run:
 
     Hot paths avoid a simpy process per transfer: a transfer costs at most
     four timeouts (pre-delay, end of its flow, latency, end of its reduction),
-    and a rate change only touches the flows on the links that changed. Link
-    ids from ``len(topology.links)`` on are the ranks' reducers.
+    and rates are settled once per instant (an event after the instant's
+    others), over the flows connected to the links that changed. Link ids
+    from ``len(topology.links)`` on are the ranks' reducers.
     """
 
     def __init__(self, schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
