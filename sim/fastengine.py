@@ -5,18 +5,24 @@ Same model as ``sim.engine`` (docs/design.md, "The simulator"): a transfer start
 waits its pre-delay (endpoint overhead, stragglers), streams its bytes as a
 flow over its route, waits the route's latency, reduces at the destination
 (a flow on the rank's reducer) and ends; the flows share links max-min fairly
-(``sim.fairshare``). What differs is the bookkeeping: everything that happens
-at one instant is handled as numpy arrays (the transfers that start, the
-flows that end, the rates of every active flow), so the cost is per distinct
-event time, not per transfer, and the dataflow dependencies are joined from
-sorted slot keys instead of Python sets.
+(``sim.fairshare``). What differs is the bookkeeping. First a closed form,
+step by step (``_closed_form``): while no two flows ever share a link, every
+flow runs at its route's bottleneck and every time follows from earlier
+steps, which is checked link by link as it goes. At the first doubt, an event
+loop (``_Fluid``) where everything that happens at one instant is handled as
+numpy arrays (the transfers that start, the flows that end, the max-min rates
+of every active flow), so the cost is per distinct event time, not per
+transfer, with the dataflow dependencies joined from sorted slot keys
+(``dataflow_arrays``) instead of Python sets.
 
 The postcondition verdict comes from a lockstep symbolic execution on compact
-columns (``sim.fastverify``): every execution the simulator can run respects
-the dataflow dependencies, so for a schedule without same-step write races it
-ends in the lockstep state (``sim.dataflow``) and the verdict is the simpy
-engine's. With such a race the simpy engine keeps whichever simultaneous write
-lands last; this engine keeps program order (the verifier reports the race).
+columns (``sim.fastverify``, called by ``sim.engine.simulate``): every
+execution the simulator can run respects the dataflow dependencies, so for a
+schedule without same-step write races it ends in the lockstep state
+(``sim.dataflow``) and the verdict is the simpy engine's. With such a race the
+final state depends on which simultaneous write lands last, which only
+simpy's event order decides: ``simulate(engine="auto")`` leaves those
+schedules to simpy.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.ir import Schedule
+from algorithms.ir import BUFS, Schedule
+from sim.semantics import SlotLayout
 from sim.topology import Topology
 
 __all__ = ["run_fast", "dataflow_arrays", "slot_columns"]
@@ -43,13 +50,9 @@ def slot_columns(schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
     Slots are numbered as ``sim.semantics.SlotLayout`` numbers them.
     """
-    from sim.semantics import SlotLayout
-
     cols = schedule.columns()
     layout = SlotLayout(schedule)
-    from algorithms.ir import Buf
-
-    bases = np.array([layout.bases[b] for b in (Buf.INPUT, Buf.OUTPUT, Buf.SCRATCH)], dtype=np.int64)
+    bases = np.array([layout.bases[b] for b in BUFS], dtype=np.int64)
     src = cols.src.astype(np.int64)
     dst = cols.dst.astype(np.int64)
     src_slot = bases[cols.src_buf, src] + cols.src_index
@@ -558,8 +561,6 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None) ->
     starting before an earlier one on its link has ended) hands the run back
     to the event loop.
     """
-    from sim.semantics import SlotLayout
-
     n, p, nl = plan.n, plan.p, plan.nl
     cols = schedule.columns()
     dataflow = mode == "dataflow"
@@ -573,8 +574,6 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None) ->
     rbw = plan.reduce_bandwidth
     if dataflow:
         layout = SlotLayout(schedule)
-        from algorithms.ir import BUFS
-
         bases = np.array([layout.bases[b] for b in BUFS], dtype=np.int64)
         # Per slot, in one row (one cache line for the random accesses a step makes): the latest end of its
         # last write group, the latest end of its readers since that group's step, and (scratch) the latest
