@@ -347,3 +347,19 @@ def test_simulate_computes_the_bound_only_where_asked(capsys: pytest.CaptureFixt
     assert code == 0 and json.loads(out)["bound_s"] > 0
     code, out, _err = run(capsys, "simulate", "-c", "allreduce", "-a", "ring", "-t", "ring:130", "--size", "1MiB")
     assert code == 0 and "bound      not computed above 128 ranks" in out
+
+
+def test_engine_option(capsys: pytest.CaptureFixture[str]) -> None:
+    common = ("simulate", "-c", "allreduce", "-a", "ring", "-t", "ring:8", "--size", "1MiB", "--json")
+    times = {}
+    for engine in ("simpy", "fast"):
+        code, out, _err = run(capsys, *common, "--engine", engine)
+        doc = json.loads(out)
+        assert code == 0 and doc["engine"] == engine
+        times[engine] = doc["time_s"]
+    assert times["simpy"] == pytest.approx(times["fast"], rel=1e-9)
+    # message_cpu is simpy's alone: auto takes simpy, fast refuses with a usage error.
+    code, out, _err = run(capsys, *common, "--message-cpu", "1us")
+    assert code == 0 and json.loads(out)["engine"] == "simpy"
+    code, out, _err = run(capsys, *common, "--message-cpu", "1us", "--engine", "fast")
+    assert code == 2 and "engine fast does not model message_cpu" in json.loads(out)["error"]
