@@ -70,21 +70,34 @@ def _fill(flows: Iterable[int], routes: Mapping[int, Sequence[int]] | Sequence[S
         n = count[lk]
         if n == 0 or share != left[lk] / n:
             continue  # stale entry: the link's numbers changed since it was pushed
-        # Saturate lk: its unfrozen flows all get the same share, and leave every link they cross.
-        for f in on[lk]:
-            if f in frozen:
-                continue
-            frozen.add(f)
-            out[f] = share
+        # Every link that saturates at exactly this share saturates now, together: freezing them one by one
+        # would shift the others' shares by rounding and scatter equal flows' rates (and so their end times).
+        full = [lk]
+        while heap and heap[0][0] == share:
+            _s, other = heapq.heappop(heap)
+            if count[other] and left[other] / count[other] == share:
+                full.append(other)
+        newly: list[int] = []
+        for lk in full:
+            for f in on[lk]:
+                if f not in frozen:
+                    frozen.add(f)
+                    out[f] = share
+                    newly.append(f)
+        for lk in full:
+            count[lk] = 0
+        # The frozen flows leave every other link they cross.
+        touched: set[int] = set()
+        for f in newly:
             for other in routes[f]:
-                count[other] -= 1
-                if other == lk:
-                    continue
-                rest = left[other] - share
-                left[other] = rest if rest > 0 else 0.0
                 if count[other]:
-                    heapq.heappush(heap, (left[other] / count[other], other))
-        count[lk] = 0
+                    count[other] -= 1
+                    rest = left[other] - share
+                    left[other] = rest if rest > 0 else 0.0
+                    touched.add(other)
+        for other in touched:
+            if count[other]:
+                heapq.heappush(heap, (left[other] / count[other], other))
 
 
 def max_min_rates(routes: Sequence[Sequence[int]], capacities: Sequence[float]) -> list[float]:
