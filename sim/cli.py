@@ -386,7 +386,7 @@ def _network_args(p: argparse.ArgumentParser) -> None:
                    help="simpy (the reference), fast (vectorised, the same times) or auto (fast whenever it is "
                         "exact for the run; default)")
     p.add_argument("--bound", choices=("auto", "yes", "no"), default="auto",
-                   help=f"compute the lower bound and efficiency (exact max-flow cuts; a minute or more at 1024 ranks): "
+                   help=f"compute the lower bound and efficiency (exact max-flow cuts, a minute at 1024 ranks): "
                         f"auto does up to {BOUND_AUTO_RANKS} ranks (default auto)")
 
 
