@@ -454,6 +454,10 @@ def _finite(x: Any) -> Any:
     return x
 
 
+def _gbps(bw: float | None) -> str:
+    return "unlimited" if bw is None else f"{bw / 1e9:.3f} GB/s"
+
+
 def summary(machine: Any) -> str:
     """A few lines on the fitted machine."""
     m, e = machine.model, machine.engine
@@ -461,19 +465,19 @@ def summary(machine: Any) -> str:
     hb = cap["host_bandwidth_Bps"]
     lines = [f"# collsched calibrate: {m['ranks']} ranks, {m['seconds'] or 0:.1f} s of measurements "
              f"({m.get('rounds') or 1} rounds, medians)",
-             f"point-to-point  α = {p2p['alpha_s'] * 1e6:.1f} us, B = {p2p['bandwidth_Bps'] / 1e9:.3f} GB/s "
+             f"point-to-point  α = {p2p['alpha_s'] * 1e6:.1f} us, B = {_gbps(p2p['bandwidth_Bps'])} "
              f"(rms {p2p['rms_rel']:.1%}, max {p2p['max_rel']:.1%}; "
              f"{len(m['p2p']['pairs'])} pair(s), pooled medians)",
              f"knee            {knee['knee_bytes']:.0f} B: below α = {knee['below']['alpha_s'] * 1e6:.1f} us, "
-             f"B = {knee['below']['bandwidth_Bps'] / 1e9:.3f} GB/s; above α = {knee['above']['alpha_s'] * 1e6:.1f} us, "
-             f"B = {knee['above']['bandwidth_Bps'] / 1e9:.3f} GB/s (rms {knee['rms_rel']:.1%})",
+             f"B = {_gbps(knee['below']['bandwidth_Bps'])}; above α = {knee['above']['alpha_s'] * 1e6:.1f} us, "
+             f"B = {_gbps(knee['above']['bandwidth_Bps'])} (rms {knee['rms_rel']:.1%})",
              f"host cap        {'none' if hb is None else f'{hb / 1e9:.3f} GB/s'} over all ranks' flows "
              f"(patterns rms {cap['rms_rel']:.1%}: " + ", ".join(
                  f"{k} {m['flows']['times_s'][k] * 1e3:.2f}/{v * 1e3:.2f} ms" for k, v in cap["predicted_s"].items())
              + " measured/predicted)"]
     for dtype, g in m["reduce"]["fit"].items():
-        lines.append(f"reduce {dtype:<9} γ = {g['together']['bandwidth_Bps'] / 1e9:.3f} GB/s every rank at once, "
-                     f"{g['alone']['bandwidth_Bps'] / 1e9:.3f} GB/s alone (rms {g['together']['rms_rel']:.1%})")
+        lines.append(f"reduce {dtype:<9} γ = {_gbps(g['together']['bandwidth_Bps'])} every rank at once, "
+                     f"{_gbps(g['alone']['bandwidth_Bps'])} alone (rms {g['together']['rms_rel']:.1%})")
     r = m["runner"]
     lines.append(f"runner          launch = {e.launch * 1e6:.1f} us per call, message_cpu = {e.message_cpu * 1e6:.1f} "
                  f"us per message sent or received (rms {r['rms_rel']:.1%} over {len(r['cases'])} runs, "
