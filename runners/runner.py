@@ -37,20 +37,8 @@ was not initialised eagerly (``init_process_group(device_id=...)``), the
 runner all-reduces one element on it, so that the group's communicator exists
 (made by every rank) before any point-to-point operation.
 
-Memory. Beyond the caller's tensors, one run allocates at most:
-scratch ``scratch_chunks·S``; staging for receives ``budget_chunks·S`` (at most
-twice the most chunks this rank stages in one step; for ring all-reduce
-``2·N/p``); snapshots of local transfers that a same-step write would
-clobber; a copy of the input when an out-of-place schedule writes it; and,
-when C does not divide N, padded copies of the input and output. All of it is
-released when ``run`` returns, except the staging buffer: one per device, as
-large as the largest staging bound seen, kept between runs and carved into
-each run's staged receives (fresh large buffers cost a page fault per page;
-``release_memory()`` frees it). A receive that finds it fragmented, or a run
-that finds it lent to another thread's run, gets fresh memory instead, so
-staging never exceeds that buffer plus ``budget_chunks·S``. On nccl staging is not budgeted:
-a step's staged receives are allocated when the step is issued and freed
-after its applies (the caching allocator reuses them).
+Memory: what one run allocates beyond the caller's tensors, and the staging
+buffer kept between runs, is described in ``runners.staging``.
 
 Validation happens before any data moves. Checks that need only the
 arguments run on every rank identically (including ``plan.step_race``: a

@@ -149,20 +149,12 @@ def from_dict(doc: object) -> Machine:
 
 def load(path: str | os.PathLike[str]) -> Machine:
     """Load a machine file; a plain topology file is a machine with the default engine parameters."""
-    from sim.topology_io import MAX_FILE_BYTES
+    from sim.topology_io import load as load_topology
+    from sim.topology_io import read_text
 
-    try:
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            raise TopologyError(f"{path}: file larger than {MAX_FILE_BYTES} bytes")
-        if str(path).lower().endswith((".graphml", ".xml")):
-            from sim.topology_io import load as load_topology
-
-            return Machine(load_topology(path))
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise TopologyError(f"cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise TopologyError(f"{path}: not UTF-8 text") from None
+    if str(path).lower().endswith((".graphml", ".xml")):
+        return Machine(load_topology(path))
+    text = read_text(path)
     try:
         return from_dict(json.loads(text))
     except json.JSONDecodeError as e:

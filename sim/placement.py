@@ -27,13 +27,13 @@ import os
 import re
 from collections import deque
 from collections.abc import Sequence
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
 
 from algorithms.ir import Schedule
 from sim.topology import Node, Topology, TopologyError
+from sim.topology_io import read_text
 
 __all__ = ["FORMAT", "PLACEMENT_FORMS", "place", "placement", "snake_order", "stretched_pairs"]
 
@@ -226,15 +226,7 @@ def _check_mapping(mapping: object, topology: Topology, where: str) -> tuple[int
 
 
 def _load(path: str, topology: Topology) -> tuple[Node, ...]:
-    try:
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise TopologyError(f"{path}: file of {size} bytes exceeds the {MAX_FILE_BYTES}-byte limit")
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise TopologyError(f"cannot read placement file {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise TopologyError(f"{path}: not UTF-8 text") from None
+    text = read_text(path, "placement file ", limit=MAX_FILE_BYTES)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:

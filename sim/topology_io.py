@@ -17,7 +17,7 @@ import networkx as nx
 
 from sim.topology_graph import Node, Topology, TopologyError, _link_name
 
-__all__ = ["FORMAT", "MAX_FILE_BYTES", "dumps", "from_dict", "load", "loads", "save", "to_dict"]
+__all__ = ["FORMAT", "MAX_FILE_BYTES", "dumps", "from_dict", "load", "loads", "read_text", "save", "to_dict"]
 
 FORMAT = "collsched.topology/1"
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -128,19 +128,30 @@ def _is_graphml(path: str | os.PathLike[str]) -> bool:
     return str(path).lower().endswith((".graphml", ".xml"))
 
 
-def load(path: str | os.PathLike[str]) -> Topology:
-    """Load a topology file: GraphML when the name ends in .graphml, else collsched.topology/1 JSON."""
+def read_text(path: str | os.PathLike[str], what: str = "", *, limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of a topology, machine or placement file; TopologyError naming the file otherwise."""
     try:
         size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise TopologyError(f"{path}: file of {size} bytes exceeds the {MAX_FILE_BYTES}-byte limit")
-        if _is_graphml(path):
-            return _load_graphml(path)
-        text = Path(path).read_text(encoding="utf-8")
+        if size > limit:
+            raise TopologyError(f"{path}: file of {size} bytes exceeds the {limit}-byte limit")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise TopologyError(f"cannot read {path}: {e.strerror or e}") from None
+        raise TopologyError(f"cannot read {what}{path}: {e.strerror or e}") from None
     except UnicodeDecodeError:
         raise TopologyError(f"{path}: not UTF-8 text") from None
+
+
+def load(path: str | os.PathLike[str]) -> Topology:
+    """Load a topology file: GraphML when the name ends in .graphml, else collsched.topology/1 JSON."""
+    if _is_graphml(path):
+        try:
+            size = os.path.getsize(path)
+            if size > MAX_FILE_BYTES:
+                raise TopologyError(f"{path}: file of {size} bytes exceeds the {MAX_FILE_BYTES}-byte limit")
+            return _load_graphml(path)
+        except OSError as e:
+            raise TopologyError(f"cannot read {path}: {e.strerror or e}") from None
+    text = read_text(path)
     try:
         return loads(text)
     except TopologyError as e:
