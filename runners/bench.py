@@ -169,19 +169,9 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
     import torch
     import torch.distributed as dist
 
-    from runners.runner import run
-
-    tdtype = _dtype(dtype)
+    tdtype, rank, device, sync = _place(dtype)
     coll = schedule.collective
     kind, p, root = coll.kind, coll.ranks, coll.root
-    rank = dist.get_rank()
-    cuda = "nccl" in str(dist.get_backend())
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize()
-
     elsize = torch.empty(0, dtype=tdtype).element_size()
     wide = units.sized_buffer(kind) != "buffer"
     rows = []
@@ -191,16 +181,7 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
         x, out = (None if t is None else t.to(device) for t in (x, out))
         expected = None if expected is None else expected.to(device)
         # Correctness on known data, then timing on zeros (sums of zeros never overflow).
-        wrong = []
-        for side in ("schedule", "native"):
-            xi = None if x is None else x.clone()
-            oi = None if out is None else out.clone()
-            if side == "schedule":
-                run(schedule, xi, oi, timeout=timeout, executor=executor)
-            else:
-                _native(kind, p, rank, root, xi, oi)()
-            sync()
-            wrong.append(_wrong(xi if coll.in_place else oi, expected))
+        wrong = [_wrong(result, expected) for result in _both(schedule, x, out, timeout, executor, sync)]
         if x is not None:
             x.zero_()
         t_sched, t_native = _times([_scheduled(schedule, x, out, timeout, check, executor),
@@ -245,30 +226,16 @@ def max_difference(schedule: Schedule, size: int, *, dtype: str = "float32", see
     import torch
     import torch.distributed as dist
 
-    from runners.runner import run
-
-    tdtype = _dtype(dtype)
+    tdtype, rank, device, sync = _place(dtype)
     coll = schedule.collective
     kind, p, root = coll.kind, coll.ranks, coll.root
-    rank = dist.get_rank()
-    cuda = "nccl" in str(dist.get_backend())
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     n = units.count_per_rank(kind, size, p, torch.empty(0, dtype=tdtype).element_size())
     x, out, _ = _buffers(kind, p, rank, root, n, tdtype)
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
     if x is not None:
         x = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(tdtype).to(device)
-    out = None if out is None else out.to(device)
-    results = []
-    for side in ("schedule", "native"):
-        xi = None if x is None else x.clone()
-        oi = None if out is None else out.zero_().clone()
-        if side == "schedule":
-            run(schedule, xi, oi, timeout=timeout)
-        else:
-            _native(kind, p, rank, root, xi, oi)()
-        results.append(xi if coll.in_place else oi)
-    a, b = results
+    out = None if out is None else out.to(device).zero_()
+    a, b = _both(schedule, x, out, timeout, "auto", sync)
     diff = 0.0
     receives = kind not in (Kind.REDUCE, Kind.GATHER) or rank == root  # only the root receives those results
     if a is not None and b is not None and a.numel() > 0 and kind is not Kind.BARRIER and receives:
@@ -276,6 +243,42 @@ def max_difference(schedule: Schedule, size: int, *, dtype: str = "float32", see
     t = torch.tensor([diff], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t[0])
+
+
+def _place(dtype: str) -> tuple[Any, int, Any, Callable[[], None]]:
+    """(torch dtype, rank, device, a function that waits for the device) on the current process group."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = "nccl" in str(dist.get_backend())
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    return _dtype(dtype), dist.get_rank(), device, sync
+
+
+def _both(schedule: Schedule, x: Any, out: Any, timeout: float | None, executor: str,
+          sync: Callable[[], None]) -> list[Any]:
+    """The schedule's and torch's native results, each computed on fresh copies of ``x`` and ``out``."""
+    import torch.distributed as dist
+
+    from runners.runner import run
+
+    coll = schedule.collective
+    results = []
+    for side in ("schedule", "native"):
+        xi = None if x is None else x.clone()
+        oi = None if out is None else out.clone()
+        if side == "schedule":
+            run(schedule, xi, oi, timeout=timeout, executor=executor)
+        else:
+            _native(coll.kind, coll.ranks, dist.get_rank(), coll.root, xi, oi)()
+        sync()
+        results.append(xi if coll.in_place else oi)
+    return results
 
 
 def _dtype(dtype: str) -> Any:
