@@ -13,12 +13,24 @@ convention of ``sim.engine.chunk_bytes``) on N ranks. For a vertex set S
   piece, so |S ∩ ranks| · M/N bytes must enter S: the allgather bound on the
   reversed graph. The reported cut is the complement of that S, so that, as
   for every kind, the bottleneck is the links leaving the reported cut.
-- allreduce: a rank outside S needs all M bytes of the result, which depend
-  on the inputs inside S, so at least M bytes leave S:
-  T >= M / min B+(S) over every S that holds some but not all ranks. Reported
-  next to it, the reducescatter-plus-allgather reference (the sum of those two
-  bounds for M), which is what a two-phase schedule can reach; it is not a
-  lower bound for every schedule, so ``bound_s`` does not use it.
+- allreduce, the larger of two terms:
+  *cut*: a rank outside S needs all M bytes of the result, which depend on
+  the inputs inside S, so at least M bytes leave S:
+  T >= M / min B+(S) over every S that holds some but not all ranks;
+  *traffic*: every byte position is an instance of one-way gossip among the N
+  ranks (a message hands the receiver the sum the sender holds; switches only
+  forward), and one-way gossip needs at least 2(N-1) messages: order the
+  message arrivals in time; the first rank to hold a complete sum needed a
+  message sent by each of the N-1 others before then (their inputs had to
+  leave them), and each of those N-1 others needs a message that arrives after
+  that moment (none of them was complete yet), so 2(N-1) distinct messages.
+  Every message enters its receiving rank over the rank's in-links and leaves
+  its sender over its out-links, so
+  T >= 2(N-1)·M / min(sum over ranks of B-(rank), sum over ranks of B+(rank)).
+  Reported next to them, the reducescatter-plus-allgather reference (the sum
+  of those two bounds for M), which is what a two-phase schedule can reach;
+  when every rank has the same in- and out-bandwidth it equals the traffic
+  term, which proves two-phase schedules optimal there.
 - broadcast (reduce): M bytes reach every rank from the root (to the root from
   every rank): T >= M / min over ranks w of the min cut root -> w (w -> root).
 - alltoall: every rank sends M/N bytes to every other, so at least
@@ -62,7 +74,8 @@ from algorithms.errors import CollschedError
 from algorithms.ir import ROOTED_KINDS, Kind
 from sim.topology import Node, Topology
 
-__all__ = ["BOUND_KINDS", "Bound", "BoundError", "bound", "cut_ratio", "min_cut_bandwidth", "latency_term"]
+__all__ = ["BOUND_KINDS", "Bound", "BoundError", "bound", "cut_ratio", "min_cut_bandwidth", "latency_term",
+           "rank_bandwidth"]
 
 BOUND_KINDS: tuple[Kind, ...] = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE,
                                  Kind.ALLTOALL)
@@ -79,7 +92,9 @@ class Bound:
 
     ``bandwidth`` is the exact bandwidth term in seconds (a Fraction; ``bandwidth_s`` its float);
     ``cut`` the vertex set S (ranks and switch names) that attains it, its out-links the bottleneck;
-    ``reference_s`` is, for allreduce, the reducescatter-plus-allgather reference (None otherwise).
+    ``reference_s`` is, for allreduce, the reducescatter-plus-allgather reference (None otherwise);
+    ``cut_term`` and ``traffic_term`` are, for allreduce, the two terms whose larger is ``bandwidth``
+    (None otherwise: there ``bandwidth`` is the cut's).
     """
 
     kind: Kind
@@ -89,6 +104,8 @@ class Bound:
     cut: tuple[Node, ...]
     root: int | None = None
     reference_s: float | None = None
+    cut_term: Fraction | None = None
+    traffic_term: Fraction | None = None
 
     @property
     def bandwidth_s(self) -> float:
@@ -105,9 +122,16 @@ class Bound:
         term does not depend on it (so a sweep computes the cuts once)."""
         if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
             raise BoundError(f"size must be a finite number of bytes >= 0, got {size!r}")
-        bw = self.bandwidth * Fraction(size) / Fraction(self.size) if self.size else Fraction(0)
+        def scale(x: Fraction | None) -> Fraction | None:
+            if x is None:
+                return None
+            return x * Fraction(size) / Fraction(self.size) if self.size else Fraction(0)
+
+        bw = scale(self.bandwidth)
+        assert bw is not None
         ref = None if self.reference_s is None or not self.size else self.reference_s * size / self.size
-        return Bound(self.kind, size, bw, self.latency_s, self.cut, self.root, ref)
+        return Bound(self.kind, size, bw, self.latency_s, self.cut, self.root, ref, scale(self.cut_term),
+                     scale(self.traffic_term))
 
     def efficiency(self, time_s: float) -> float:
         """bound / time: 1.0 means the run reached the bound (inf for a run that took no time)."""
@@ -116,9 +140,14 @@ class Bound:
         return self.bound_s / time_s
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready: bound_s, bandwidth_s, latency_s, cut (and reference_s for allreduce)."""
+        """JSON-ready: bound_s, bandwidth_s, latency_s, cut (and, for allreduce, cut_s, traffic_s and
+        reference_s)."""
         out: dict[str, object] = {"bound_s": self.bound_s, "bandwidth_s": self.bandwidth_s,
                                   "latency_s": self.latency_s, "cut": list(self.cut)}
+        if self.cut_term is not None:
+            out["cut_s"] = float(self.cut_term)
+        if self.traffic_term is not None:
+            out["traffic_s"] = float(self.traffic_term)
         if self.reference_s is not None:
             out["reference_s"] = self.reference_s
         return out
@@ -286,6 +315,8 @@ def bound(kind: Kind | str, topology: Topology, size: float, *, root: int | None
         return Bound(kind, size, Fraction(0), 0.0, (), root)
     pairs = _all_pairs(n)
     ref: float | None = None
+    cut_term: Fraction | None = None
+    traffic: Fraction | None = None
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         ratio, cut = cut_ratio(topology, reverse=kind is Kind.REDUCESCATTER)
         bw = m / n * ratio
@@ -295,7 +326,9 @@ def bound(kind: Kind | str, topology: Topology, size: float, *, root: int | None
             cut = _sorted_nodes(set(topology.graph.nodes) - set(cut))
     elif kind is Kind.ALLREDUCE:
         lo, cut = min_cut_bandwidth(topology, [(0, w) for w in range(1, n)] + [(w, 0) for w in range(1, n)])
-        bw = m / lo
+        cut_term = m / lo
+        traffic = 2 * (n - 1) * m / rank_bandwidth(topology)
+        bw = max(cut_term, traffic)
         ag, _ = cut_ratio(topology)
         rs, _ = cut_ratio(topology, reverse=True)
         ref = float(m / n * (ag + rs))
@@ -311,7 +344,17 @@ def bound(kind: Kind | str, topology: Topology, size: float, *, root: int | None
         bw = m / lo
     else:
         bw, cut = _alltoall(topology, m)
-    return Bound(kind, size, bw, latency_term(topology, pairs), cut, root, ref)
+    return Bound(kind, size, bw, latency_term(topology, pairs), cut, root, ref, cut_term, traffic)
+
+
+def rank_bandwidth(topology: Topology) -> Fraction:
+    """min(sum over ranks of the bandwidth into the rank, the same out of it), exactly: how fast
+    messages can be delivered to (sent by) the ranks all together, the allreduce traffic term's divisor."""
+    net = _Net(topology)
+    ranks = range(topology.ranks)
+    into = sum((net.inn.get(r, Fraction(0)) for r in ranks), Fraction(0))
+    out = sum((net.out.get(r, Fraction(0)) for r in ranks), Fraction(0))
+    return min(into, out)
 
 
 def _alltoall(topology: Topology, m: Fraction) -> tuple[Fraction, tuple[Node, ...]]:

@@ -36,9 +36,15 @@ def test_ring(p: int) -> None:
     # allgather: every rank but one must reach the last one over its links in.
     assert close(bound("allgather", t, M).bandwidth_s, M / p * (p - 1) / (links_out * B))
     assert close(bound("reducescatter", t, M).bandwidth_s, M / p * (p - 1) / (links_out * B))
-    # allreduce, broadcast, reduce: any set of ranks is left over two links.
-    for kind in ("allreduce", "broadcast", "reduce"):
+    # broadcast, reduce, and allreduce's cut term: any set of ranks is left over two links.
+    for kind in ("broadcast", "reduce"):
         assert close(bound(kind, t, M).bandwidth_s, M / (links_out * B))
+    ar = bound("allreduce", t, M)
+    assert ar.cut_term is not None and close(float(ar.cut_term), M / (links_out * B))
+    # allreduce's traffic term: 2(p-1)·M bytes into p ranks of links_out·B each; the larger one from p = 3 on.
+    assert close(ar.bandwidth_s, max(M / (links_out * B), 2 * (p - 1) * M / (p * links_out * B)))
+    if p > 2:
+        assert close(ar.bandwidth_s, 2 * (p - 1) * M / (p * 2 * B))
     # latency: the farthest rank is p // 2 hops away.
     assert close(bound("allgather", t, M).latency_s, (p // 2) * LAT)
 
@@ -49,7 +55,9 @@ def test_full_mesh(p: int) -> None:
     # k ranks inside S leave over k(p-k) links: the worst is k = p - 1, ratio 1/B.
     assert close(bound("allgather", t, M).bandwidth_s, M / p / B)
     assert close(bound("broadcast", t, M, root=p - 1).bandwidth_s, M / ((p - 1) * B))
-    assert close(bound("allreduce", t, M).bandwidth_s, M / ((p - 1) * B))
+    # allreduce: the cut around one rank, M / ((p-1)·B), loses to the traffic term 2(p-1)·M / (p·(p-1)·B)
+    # = 2M / (pB) from p = 3 on; direct reduce-scatter then allgather reaches it (test_traffic_term_is_tight).
+    assert close(bound("allreduce", t, M).bandwidth_s, max(M / ((p - 1) * B), 2 * M / (p * B)))
     # alltoall: k(p-k)·M/p bytes over k(p-k) links.
     assert close(bound("alltoall", t, M).bandwidth_s, M / (p * B))
     assert close(bound("allgather", t, M).latency_s, LAT)
@@ -60,7 +68,7 @@ def test_single_switch(p: int) -> None:
     t = single_switch(p)
     assert close(bound("allgather", t, M).bandwidth_s, M / p * (p - 1) / B)
     assert close(bound("reducescatter", t, M).bandwidth_s, M / p * (p - 1) / B)
-    assert close(bound("allreduce", t, M).bandwidth_s, M / B)
+    assert close(bound("allreduce", t, M).bandwidth_s, 2 * (p - 1) * M / (p * B))  # traffic >= cut M / B
     assert close(bound("reduce", t, M, root=1).bandwidth_s, M / B)
     assert close(bound("alltoall", t, M).bandwidth_s, (p - 1) * M / (p * B))
     assert close(bound("broadcast", t, M).latency_s, 2 * LAT)
@@ -75,13 +83,15 @@ def test_torus() -> None:
     assert close(bound("allgather", t, M).bandwidth_s, M / 16 * 15 / (4 * B))
     assert close(bound("broadcast", t, M).bandwidth_s, M / (4 * B))
     assert close(bound("allgather", t, M).latency_s, 4 * LAT)  # two hops each way round
+    # allreduce: 2·15·M bytes into 16 ranks of four links each (the cut around a rank gives M / 4B).
+    assert close(bound("allreduce", t, M).bandwidth_s, 2 * 15 * M / (16 * 4 * B))
 
 
 def test_fat_tree() -> None:
     t = fat_tree(4)
     # Full bisection: the bottleneck is each rank's single link in.
     assert close(bound("allgather", t, M).bandwidth_s, M / 16 * 15 / B)
-    assert close(bound("allreduce", t, M).bandwidth_s, M / B)
+    assert close(bound("allreduce", t, M).bandwidth_s, 2 * 15 * M / (16 * B))  # traffic term
     assert close(bound("broadcast", t, M).latency_s, 6 * LAT)  # rank -> edge -> agg -> core -> agg -> edge -> rank
 
 
@@ -97,8 +107,10 @@ def test_cluster_with_slow_nics_is_bound_by_the_nic_cut(nodes: int, gpus: int) -
     left_out = sorted(set(range(n)) - set(ranks_in))
     first = left_out[0]
     assert first % gpus == 0 and left_out == list(range(first, first + gpus))
-    # allreduce and broadcast: a node is left over its NICs (gpus·nic < nvlink + nic).
+    # allreduce and broadcast: a node is left over its NICs (gpus·nic < nvlink + nic); for allreduce that
+    # cut beats the traffic term 2(n-1)·M / (n·(nvlink + nic)).
     assert close(bound("allreduce", t, M).bandwidth_s, M / (gpus * nic))
+    assert M / (gpus * nic) > 2 * (n - 1) * M / (n * (450e9 + nic))
     assert close(bound("broadcast", t, M, root=1).bandwidth_s, M / (gpus * nic))
 
 
@@ -111,6 +123,53 @@ def test_default_cluster_is_bound_by_one_gpu_in_links() -> None:
     assert b.reference_s is None
     ar = bound("allreduce", t, M)
     assert ar.reference_s is not None and close(ar.reference_s, 2 * M / 16 * 15 / 500e9)
+    # Every rank has the same links (500 GB/s in and out), so the traffic term equals that reference:
+    # 2·15·M over 16 ranks' 500 GB/s, 4.03 ms, above the node cut M / (8 x 50 GB/s) = 2.68 ms.
+    assert ar.cut_term is not None and close(float(ar.cut_term), M / (8 * 50e9))
+    assert close(ar.bound_s, 2 * 15 * M / (16 * 500e9)) and round(ar.bound_s * 1e3, 2) == 4.03
+    assert set(ar.to_dict()) == {"bound_s", "bandwidth_s", "latency_s", "cut", "cut_s", "traffic_s", "reference_s"}
+
+
+def min_one_way_gossip_calls(p: int) -> int:
+    """Breadth-first search over who knows whose input: a call u -> v gives v all that u knows (a message
+    carrying u's partial sum can give no more); the fewest calls after which everyone knows everything."""
+    everyone = frozenset(range(p))
+    start = tuple(frozenset({r}) for r in range(p))
+    seen = {start}
+    frontier = [start]
+    calls = 0
+    while True:
+        if any(all(k == everyone for k in state) for state in frontier):
+            return calls
+        nxt = []
+        for state in frontier:
+            for u in range(p):
+                for v in range(p):
+                    if u != v and not state[u] <= state[v]:
+                        new = tuple(k | state[u] if i == v else k for i, k in enumerate(state))
+                        if new not in seen:
+                            seen.add(new)
+                            nxt.append(new)
+        frontier = nxt
+        calls += 1
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_one_way_gossip_needs_2p_minus_2_messages(p: int) -> None:
+    # The lemma behind allreduce's traffic term, checked by exhaustive search rather than by its proof.
+    assert min_one_way_gossip_calls(p) == 2 * (p - 1)
+
+
+@pytest.mark.parametrize("p", [3, 4, 6])
+def test_traffic_term_is_tight_on_a_full_mesh(p: int) -> None:
+    # Direct reduce-scatter then allgather moves (p-1)/p·M over each rank's p-1 links per phase: 2M / (pB)
+    # plus two latencies, exactly the traffic term. A term any larger (2p·M instead of 2(p-1)·M, or the
+    # ranks' in-links counted once) would be beaten here.
+    t = fully_connected(p)
+    b = bound("allreduce", t, M)
+    assert close(b.bandwidth_s, 2 * M / (p * B))
+    r = simulate(registry.get(Kind.ALLREDUCE, "direct").build(p), t, M)
+    assert r.ok and b.bound_s <= r.time <= b.bandwidth_s + 2 * LAT + 1e-12
 
 
 def test_latency_dominates_small_messages() -> None:
@@ -185,10 +244,14 @@ def test_cuts_match_brute_force(data: st.DataObject) -> None:
     assert rs.bandwidth == Fraction(size) / n * want_rs
     c = set(rs.cut)  # its out-links are the bottleneck
     assert 0 < ranks_in(c) < n and Fraction(n - ranks_in(c)) / out_bw(t, c) == want_rs
-    # allreduce: min B+(S) over S holding some but not all ranks.
+    # allreduce: min B+(S) over S holding some but not all ranks, and the traffic term over the ranks' links.
     low = min(out_bw(t, s) for s in some_not_all)
     ar = bound("allreduce", t, size)
-    assert ar.bandwidth == Fraction(size) / low and out_bw(t, set(ar.cut)) == low
+    assert ar.cut_term == Fraction(size) / low and out_bw(t, set(ar.cut)) == low
+    links_in = sum((in_bw(t, {r}) for r in range(n)), Fraction(0))
+    links_out = sum((out_bw(t, {r}) for r in range(n)), Fraction(0))
+    assert ar.traffic_term == Fraction(2 * (n - 1) * size) / min(links_in, links_out)
+    assert ar.bandwidth == max(Fraction(size) / low, Fraction(2 * (n - 1) * size) / min(links_in, links_out))
     # broadcast / reduce at a root: min B+(S) over S with the root in (out) and some rank out (in).
     root = data.draw(st.integers(0, n - 1), label="root")
     low_b = min(out_bw(t, s) for s in some_not_all if root in s)
