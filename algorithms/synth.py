@@ -9,6 +9,9 @@ single switch of the requested ranks. Building imports ``sim`` (numpy, networkx)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from algorithms.errors import RegistryError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 from algorithms.registry import CHUNKS, Parameter, register
@@ -30,8 +33,25 @@ def build(kind: Kind, ranks: int, *, chunks: int = 1, root: int | None = None, t
     return synthesize(kind, topo, root=root if kind in ROOTED_KINDS else None, chunks=chunks)
 
 
+def _check(ranks: int, params: Mapping[str, Any]) -> str | None:
+    """Why the named topology cannot serve ``ranks`` (unreadable, or another world size), or None."""
+    spec = params.get("topology", "")
+    if not spec:
+        return None
+    from algorithms.errors import CollschedError
+    from sim.topology import from_spec
+
+    try:
+        topo = from_spec(spec)
+    except CollschedError as err:
+        return str(err)
+    if topo.ranks != ranks:
+        return f"topology {spec!r} has {topo.ranks} ranks, not {ranks}"
+    return None
+
+
 def _register(kind: Kind) -> None:
-    @register(kind, "synth", source=SOURCE, parameters=(CHUNKS, TOPOLOGY), listed=False,
+    @register(kind, "synth", source=SOURCE, parameters=(CHUNKS, TOPOLOGY), listed=False, check=_check,
               constraints=("topology (if given) has exactly p ranks",))
     def _synth(ranks: int, *, chunks: int = 1, root: int | None = None, topology: str = "") -> Schedule:
         return build(kind, ranks, chunks=chunks, root=root, topology=topology)

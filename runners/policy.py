@@ -270,7 +270,11 @@ def _choice(kind: Kind, name: str, params: Mapping[str, Any], where: str) -> Cho
 
 
 def parse_algorithms(spec: str, *, where: str = ENV_ALGORITHMS) -> dict[Kind, tuple[Rule, ...]]:
-    """Rules from ``"allreduce=ring,allgather=bruck:chunks=2"``: one algorithm per kind, every size."""
+    """Rules from ``"allreduce=ring,allgather=bruck:chunks=2"``: one algorithm per kind, every size.
+
+    A value of digits is an integer, anything else text (``allgather=synth:topology=cluster:2x8``: a
+    piece without "=" continues the previous text value); the registry checks each against the
+    algorithm's parameters."""
     rules: dict[Kind, tuple[Rule, ...]] = {}
     for item in spec.split(","):
         if not item.strip():
@@ -285,12 +289,22 @@ def parse_algorithms(spec: str, *, where: str = ENV_ALGORITHMS) -> dict[Kind, tu
             rules[kind] = (Rule((_choice(kind, rest.strip(), {}, f"{where}: {kind}"),), origin=where),)
             continue
         name, *param_items = rest.strip().split(":")
-        params: dict[str, int] = {}
+        params: dict[str, int | str] = {}
+        key = ""
         for p in param_items:
-            key, psep, value = p.partition("=")
-            if not psep or not value.strip().lstrip("-").isdigit():
-                raise PolicyError(f"{where}: {kind}: parameter must be NAME=INTEGER, got {p!r}")
-            params[key.strip()] = int(value)
+            pkey, psep, value = p.partition("=")
+            if not psep:
+                # A piece without "=" continues the previous value, which may hold colons
+                # (``allgather=synth:topology=cluster:2x8``).
+                if not key or not isinstance(params[key], str):
+                    raise PolicyError(f"{where}: {kind}: parameter must be NAME=VALUE, got {p!r}")
+                params[key] = f"{params[key]}:{p}"
+                continue
+            key = pkey.strip()
+            if not key or not value.strip():
+                raise PolicyError(f"{where}: {kind}: parameter must be NAME=VALUE, got {p!r}")
+            value = value.strip()
+            params[key] = int(value) if value.lstrip("-").isdigit() else value
         rules[kind] = (Rule((_choice(kind, name.strip(), params, f"{where}: {kind}"),), origin=where),)
     return rules
 

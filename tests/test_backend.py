@@ -55,6 +55,16 @@ def test_every_registered_algorithm_through_the_backend(spec: str) -> None:
     cases.spawn(cases.movement, 3, env={"COLLSCHED_ALGORITHMS": spec})
 
 
+@pytest.mark.slow
+def test_synthesized_schedules_through_the_backend() -> None:
+    # The synthesizer, named with its topology in COLLSCHED_ALGORITHMS (the SPEC holds a colon), serves
+    # every kind it builds under unmodified torch.distributed calls, checked against gloo.
+    spec = ",".join(f"{k}=synth:topology=torus:1x3:chunks=2"
+                    for k in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce"))
+    cases.spawn(cases.reductions, 3, env={"COLLSCHED_ALGORITHMS": spec})
+    cases.spawn(cases.movement, 3, env={"COLLSCHED_ALGORITHMS": spec})
+
+
 def test_objects_coalesced_p2p_functional_subgroups() -> None:
     cases.spawn(cases.api_surface, 4)
 

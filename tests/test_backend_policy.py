@@ -22,6 +22,7 @@ from runners.policy import (
     parse_algorithms,
     schedule,
 )
+from sim.verify import verify
 
 
 def _registered(kind: Kind) -> set[str]:
@@ -79,7 +80,9 @@ def test_env_var_pins_one_algorithm_per_kind_with_parameters() -> None:
         ("allreduce=nope", "unknown algorithm 'nope' for allreduce (known: "),
         ("allreduse=ring", "unknown collective 'allreduse'"),
         ("allreduce", "expected KIND=ALGORITHM"),
-        ("allreduce=ring:chunks=x", "parameter must be NAME=INTEGER"),
+        ("allreduce=ring:chunks=x", "chunks must be an integer >= 1, got 'x'"),
+        ("allreduce=ring:chunks", "parameter must be NAME=VALUE"),
+        ("allreduce=ring:chunks=2:4", "parameter must be NAME=VALUE, got '4'"),
         ("allreduce=ring:chunks=0", "chunks must be an integer >= 1"),
         ("allreduce=ring:width=2", "unknown parameter 'width'"),
         ("allreduce=ring,allreduce=ring", "allreduce is given twice"),
@@ -166,6 +169,18 @@ def test_validate_rejects_a_pinned_algorithm_that_cannot_serve_the_world_size(
     monkeypatch.setitem(DEFAULTS, Kind.ALLREDUCE, (Rule((Choice("pow2_test"), Choice("ring"))),))
     assert Policy.defaults().choose(Kind.ALLREDUCE, 1, 4) == Choice("pow2_test")
     assert Policy.defaults().choose(Kind.ALLREDUCE, 1, 6) == Choice("ring")
+
+
+def test_env_var_names_the_synthesizer_with_its_topology() -> None:
+    # A text value may hold colons: the topology SPEC of the synthesizer (issue 15: the backend names it).
+    policy = Policy.from_env({ENV_ALGORITHMS: "allgather=synth:topology=cluster:2x4:chunks=2"})
+    choice = policy.choose(Kind.ALLGATHER, 1 << 20, 8)
+    assert choice == Choice("synth", (("chunks", 2), ("topology", "cluster:2x4")))
+    built = schedule(Kind.ALLGATHER, choice, 8)
+    assert built.name == "synth" and built.ranks == 8 and verify(built).ok
+    # The topology is checked against the world size when the backend validates the policy.
+    with pytest.raises(PolicyError, match="synth"):
+        policy.validate(4)
 
 
 def test_schedules_are_built_once() -> None:
