@@ -193,8 +193,12 @@ def describe(content: Content | None) -> list[dict[str, object]]:
 
 
 def describe_text(content: Content | None) -> str:
-    """A content as text, e.g. ``chunk 5 from ranks 0-3,5``."""
+    """A content as text, e.g. ``chunk 5 from ranks 0-3,5`` (``chunk 2 from rank 1`` for one rank)."""
     parts: Sequence[dict[str, object]] = describe(content)
     if not parts:
         return "nothing"
-    return "; ".join(f"chunk {d['chunk']} from ranks {d['ranks']}" for d in parts)
+    def who(ranks: object) -> str:
+        text = str(ranks)
+        return f"rank {text}" if text.isdigit() else f"ranks {text}"
+
+    return "; ".join(f"chunk {d['chunk']} from {who(d['ranks'])}" for d in parts)

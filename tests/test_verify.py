@@ -168,7 +168,7 @@ def test_a_dropped_reduce_reports_where_its_contribution_was_last_held() -> None
     # transfer 3, rank 1 at step 4 transfer 0, rank 2 at step 5 transfer 1.
     assert {k[0]: (d["last_write"]["step"], d["last_write"]["transfer"])  # type: ignore[index]
             for k, d in wrong.items()} == {3: (2, 2), 0: (3, 3), 1: (4, 0), 2: (5, 1)}
-    assert "chunk 0 from ranks 0 was last held after step 2" in str(verify(_replace(s, 0, 0, None)))
+    assert "chunk 0 from rank 0 was last held after step 2" in str(verify(_replace(s, 0, 0, None)))
 
 
 def test_a_slot_never_written_and_a_contribution_held_only_before_step_0() -> None:
