@@ -13,8 +13,8 @@ convention of ``sim.engine.chunk_bytes``) on N ranks. For a vertex set S
   piece, so |S ∩ ranks| · M/N bytes must enter S: the allgather bound on the
   reversed graph. The reported cut is the complement of that S, so that, as
   for every kind, the bottleneck is the links leaving the reported cut.
-- allreduce, the larger of two terms:
-  *cut*: a rank outside S needs all M bytes of the result, which depend on
+- allreduce, two terms:
+  *cut* (the bandwidth term): a rank outside S needs all M bytes of the result, which depend on
   the inputs inside S, so at least M bytes leave S:
   T >= M / min B+(S) over every S that holds some but not all ranks;
   *traffic*: every byte position is an instance of one-way gossip among the N
@@ -54,8 +54,9 @@ smallest total link latency of a path u -> w, maximised over the pairs the
 collective must connect (all ordered pairs; root to every rank for
 broadcast; every rank to the root for reduce).
 
-``bound_s`` is the larger of the two terms: each is a valid lower bound on
-its own, and the simulator (``sim.engine``) never beats either. This module
+``bound_s`` is the largest of the terms (bandwidth, allreduce's traffic,
+latency): each is a valid lower bound on its own, and the simulator
+(``sim.engine``) never beats any. This module
 does not import torch.
 """
 
@@ -93,8 +94,8 @@ class Bound:
     ``bandwidth`` is the exact bandwidth term in seconds (a Fraction; ``bandwidth_s`` its float);
     ``cut`` the vertex set S (ranks and switch names) that attains it, its out-links the bottleneck;
     ``reference_s`` is, for allreduce, the reducescatter-plus-allgather reference (None otherwise);
-    ``cut_term`` and ``traffic_term`` are, for allreduce, the two terms whose larger is ``bandwidth``
-    (None otherwise: there ``bandwidth`` is the cut's).
+    ``traffic_term`` is, for allreduce, the traffic term (None otherwise); ``bound_s`` takes the
+    largest of ``bandwidth``, ``traffic_term`` and ``latency_s``.
     """
 
     kind: Kind
@@ -104,7 +105,6 @@ class Bound:
     cut: tuple[Node, ...]
     root: int | None = None
     reference_s: float | None = None
-    cut_term: Fraction | None = None
     traffic_term: Fraction | None = None
 
     @property
@@ -113,9 +113,21 @@ class Bound:
         return float(self.bandwidth)
 
     @property
+    def traffic_s(self) -> float | None:
+        """The allreduce traffic term in seconds (None for other kinds)."""
+        return None if self.traffic_term is None else float(self.traffic_term)
+
+    @property
     def bound_s(self) -> float:
-        """The bound: the larger of the bandwidth and latency terms."""
-        return max(self.bandwidth_s, self.latency_s)
+        """The bound: the largest of the bandwidth (cut), traffic (allreduce) and latency terms."""
+        return max(self.bandwidth_s, self.traffic_s or 0.0, self.latency_s)
+
+    @property
+    def bottleneck(self) -> str:
+        """Which term ``bound_s`` is: "cut", "traffic" or "latency"."""
+        if self.latency_s > max(self.bandwidth_s, self.traffic_s or 0.0):
+            return "latency"
+        return "traffic" if (self.traffic_s or 0.0) > self.bandwidth_s else "cut"
 
     def scaled(self, size: float) -> Bound:
         """The same bound for another size: the bandwidth term is linear in the size, the latency
@@ -130,8 +142,7 @@ class Bound:
         bw = scale(self.bandwidth)
         assert bw is not None
         ref = None if self.reference_s is None or not self.size else self.reference_s * size / self.size
-        return Bound(self.kind, size, bw, self.latency_s, self.cut, self.root, ref, scale(self.cut_term),
-                     scale(self.traffic_term))
+        return Bound(self.kind, size, bw, self.latency_s, self.cut, self.root, ref, scale(self.traffic_term))
 
     def efficiency(self, time_s: float) -> float:
         """bound / time: 1.0 means the run reached the bound (inf for a run that took no time)."""
@@ -140,14 +151,11 @@ class Bound:
         return self.bound_s / time_s
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready: bound_s, bandwidth_s, latency_s, cut (and, for allreduce, cut_s, traffic_s and
-        reference_s)."""
+        """JSON-ready: bound_s, bandwidth_s, latency_s, cut (and, for allreduce, traffic_s and reference_s)."""
         out: dict[str, object] = {"bound_s": self.bound_s, "bandwidth_s": self.bandwidth_s,
                                   "latency_s": self.latency_s, "cut": list(self.cut)}
-        if self.cut_term is not None:
-            out["cut_s"] = float(self.cut_term)
-        if self.traffic_term is not None:
-            out["traffic_s"] = float(self.traffic_term)
+        if self.traffic_s is not None:
+            out["traffic_s"] = self.traffic_s
         if self.reference_s is not None:
             out["reference_s"] = self.reference_s
         return out
@@ -315,7 +323,6 @@ def bound(kind: Kind | str, topology: Topology, size: float, *, root: int | None
         return Bound(kind, size, Fraction(0), 0.0, (), root)
     pairs = _all_pairs(n)
     ref: float | None = None
-    cut_term: Fraction | None = None
     traffic: Fraction | None = None
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):
         ratio, cut = cut_ratio(topology, reverse=kind is Kind.REDUCESCATTER)
@@ -326,9 +333,8 @@ def bound(kind: Kind | str, topology: Topology, size: float, *, root: int | None
             cut = _sorted_nodes(set(topology.graph.nodes) - set(cut))
     elif kind is Kind.ALLREDUCE:
         lo, cut = min_cut_bandwidth(topology, [(0, w) for w in range(1, n)] + [(w, 0) for w in range(1, n)])
-        cut_term = m / lo
+        bw = m / lo
         traffic = 2 * (n - 1) * m / rank_bandwidth(topology)
-        bw = max(cut_term, traffic)
         ag, _ = cut_ratio(topology)
         rs, _ = cut_ratio(topology, reverse=True)
         ref = float(m / n * (ag + rs))
@@ -344,7 +350,7 @@ def bound(kind: Kind | str, topology: Topology, size: float, *, root: int | None
         bw = m / lo
     else:
         bw, cut = _alltoall(topology, m)
-    return Bound(kind, size, bw, latency_term(topology, pairs), cut, root, ref, cut_term, traffic)
+    return Bound(kind, size, bw, latency_term(topology, pairs), cut, root, ref, traffic)
 
 
 def rank_bandwidth(topology: Topology) -> Fraction:

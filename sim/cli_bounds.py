@@ -6,9 +6,8 @@
 
 ``bound`` prints the lower bound of ``sim.bounds`` and the vertex set whose
 out-links attain it; ``--json`` prints ``{"ok", "bound_s", "bandwidth_s",
-"latency_s", "cut"}`` (and, for allreduce, ``cut_s`` and ``traffic_s``, its
-two bandwidth terms, and ``reference_s``, the reducescatter-plus-allgather
-reference). ``synthesize`` packs a schedule onto the topology
+"latency_s", "cut"}`` (and, for allreduce, ``traffic_s``, the traffic term,
+and ``reference_s``, the reducescatter-plus-allgather reference). ``synthesize`` packs a schedule onto the topology
 (``sim.synth``), verifies it, writes it (JSON, or MSCCL-IR for a .xml name),
 simulates it at ``--size`` (default 1GiB) and prints its transfers, steps,
 synthesis wall time, the bound and the simulated time. ``--routing widest``
@@ -86,17 +85,14 @@ def _cmd_bound(args: argparse.Namespace) -> int:
         return 0
     root = f" root {b.root}" if b.root is not None else ""
     print(f"{args.collective}{root} on {topo.describe()}, {_human_size(size)}")
-    print(f"  bound      {_human_time(b.bound_s)} (the larger of the two terms below)")
+    terms = "two" if b.traffic_term is None else "three"
+    print(f"  bound      {_human_time(b.bound_s)} (the largest of the {terms} terms below: the {b.bottleneck} term)")
     print(f"  bandwidth  {_human_time(b.bandwidth_s)} (exact: {b.bandwidth} s)")
+    if b.traffic_term is not None:
+        print(f"  traffic    {_human_time(float(b.traffic_term))} (exact: {b.traffic_term} s): 2(N-1)·M bytes must "
+              "enter (and leave) the ranks over their own links (one-way gossip)")
     print(f"  latency    {_human_time(b.latency_s)}")
-    if b.cut_term is None or b.traffic_term is None:
-        print(f"  cut        {_cut_text(b.cut)}; its out-links are the bottleneck")
-    else:
-        which = "traffic" if b.traffic_term >= b.cut_term else "cut"
-        print(f"  cut term   {_human_time(float(b.cut_term))}: M bytes must leave the set {_cut_text(b.cut)}")
-        print(f"  traffic    {_human_time(float(b.traffic_term))}: 2(N-1)·M bytes must enter (and leave) the ranks "
-              f"over their own links (one-way gossip)")
-        print(f"  bottleneck the {which} term")
+    print(f"  cut        {_cut_text(b.cut)}; its out-links are the bandwidth term's bottleneck")
     if b.reference_s is not None:
         print(f"  reference  {_human_time(b.reference_s)} (reducescatter + allgather bounds: what a two-phase "
               "schedule can reach)")

@@ -36,15 +36,14 @@ def test_ring(p: int) -> None:
     # allgather: every rank but one must reach the last one over its links in.
     assert close(bound("allgather", t, M).bandwidth_s, M / p * (p - 1) / (links_out * B))
     assert close(bound("reducescatter", t, M).bandwidth_s, M / p * (p - 1) / (links_out * B))
-    # broadcast, reduce, and allreduce's cut term: any set of ranks is left over two links.
-    for kind in ("broadcast", "reduce"):
+    # allreduce, broadcast, reduce: any set of ranks is left over two links.
+    for kind in ("allreduce", "broadcast", "reduce"):
         assert close(bound(kind, t, M).bandwidth_s, M / (links_out * B))
+    # allreduce's traffic term: 2(p-1)·M bytes into p ranks of links_out·B each; the bound from p = 3 on.
     ar = bound("allreduce", t, M)
-    assert ar.cut_term is not None and close(float(ar.cut_term), M / (links_out * B))
-    # allreduce's traffic term: 2(p-1)·M bytes into p ranks of links_out·B each; the larger one from p = 3 on.
-    assert close(ar.bandwidth_s, max(M / (links_out * B), 2 * (p - 1) * M / (p * links_out * B)))
-    if p > 2:
-        assert close(ar.bandwidth_s, 2 * (p - 1) * M / (p * 2 * B))
+    assert ar.traffic_s is not None and close(ar.traffic_s, 2 * (p - 1) * M / (p * links_out * B))
+    assert close(ar.bound_s, max(M / (links_out * B), 2 * (p - 1) * M / (p * links_out * B)))
+    assert ar.bottleneck == ("traffic" if p > 2 else "cut")
     # latency: the farthest rank is p // 2 hops away.
     assert close(bound("allgather", t, M).latency_s, (p // 2) * LAT)
 
@@ -57,7 +56,8 @@ def test_full_mesh(p: int) -> None:
     assert close(bound("broadcast", t, M, root=p - 1).bandwidth_s, M / ((p - 1) * B))
     # allreduce: the cut around one rank, M / ((p-1)·B), loses to the traffic term 2(p-1)·M / (p·(p-1)·B)
     # = 2M / (pB) from p = 3 on; direct reduce-scatter then allgather reaches it (test_traffic_term_is_tight).
-    assert close(bound("allreduce", t, M).bandwidth_s, max(M / ((p - 1) * B), 2 * M / (p * B)))
+    assert close(bound("allreduce", t, M).bandwidth_s, M / ((p - 1) * B))
+    assert close(bound("allreduce", t, M).bound_s, max(M / ((p - 1) * B), 2 * M / (p * B)))
     # alltoall: k(p-k)·M/p bytes over k(p-k) links.
     assert close(bound("alltoall", t, M).bandwidth_s, M / (p * B))
     assert close(bound("allgather", t, M).latency_s, LAT)
@@ -68,7 +68,8 @@ def test_single_switch(p: int) -> None:
     t = single_switch(p)
     assert close(bound("allgather", t, M).bandwidth_s, M / p * (p - 1) / B)
     assert close(bound("reducescatter", t, M).bandwidth_s, M / p * (p - 1) / B)
-    assert close(bound("allreduce", t, M).bandwidth_s, 2 * (p - 1) * M / (p * B))  # traffic >= cut M / B
+    assert close(bound("allreduce", t, M).bandwidth_s, M / B)
+    assert close(bound("allreduce", t, M).bound_s, 2 * (p - 1) * M / (p * B))  # traffic >= cut M / B
     assert close(bound("reduce", t, M, root=1).bandwidth_s, M / B)
     assert close(bound("alltoall", t, M).bandwidth_s, (p - 1) * M / (p * B))
     assert close(bound("broadcast", t, M).latency_s, 2 * LAT)
@@ -84,14 +85,16 @@ def test_torus() -> None:
     assert close(bound("broadcast", t, M).bandwidth_s, M / (4 * B))
     assert close(bound("allgather", t, M).latency_s, 4 * LAT)  # two hops each way round
     # allreduce: 2·15·M bytes into 16 ranks of four links each (the cut around a rank gives M / 4B).
-    assert close(bound("allreduce", t, M).bandwidth_s, 2 * 15 * M / (16 * 4 * B))
+    assert close(bound("allreduce", t, M).bandwidth_s, M / (4 * B))
+    assert close(bound("allreduce", t, M).bound_s, 2 * 15 * M / (16 * 4 * B))
 
 
 def test_fat_tree() -> None:
     t = fat_tree(4)
     # Full bisection: the bottleneck is each rank's single link in.
     assert close(bound("allgather", t, M).bandwidth_s, M / 16 * 15 / B)
-    assert close(bound("allreduce", t, M).bandwidth_s, 2 * 15 * M / (16 * B))  # traffic term
+    assert close(bound("allreduce", t, M).bandwidth_s, M / B)
+    assert close(bound("allreduce", t, M).bound_s, 2 * 15 * M / (16 * B))  # traffic term
     assert close(bound("broadcast", t, M).latency_s, 6 * LAT)  # rank -> edge -> agg -> core -> agg -> edge -> rank
 
 
@@ -109,8 +112,8 @@ def test_cluster_with_slow_nics_is_bound_by_the_nic_cut(nodes: int, gpus: int) -
     assert first % gpus == 0 and left_out == list(range(first, first + gpus))
     # allreduce and broadcast: a node is left over its NICs (gpus·nic < nvlink + nic); for allreduce that
     # cut beats the traffic term 2(n-1)·M / (n·(nvlink + nic)).
-    assert close(bound("allreduce", t, M).bandwidth_s, M / (gpus * nic))
-    assert M / (gpus * nic) > 2 * (n - 1) * M / (n * (450e9 + nic))
+    assert close(bound("allreduce", t, M).bound_s, M / (gpus * nic))
+    assert bound("allreduce", t, M).bottleneck == "cut" and M / (gpus * nic) > 2 * (n - 1) * M / (n * (450e9 + nic))
     assert close(bound("broadcast", t, M, root=1).bandwidth_s, M / (gpus * nic))
 
 
@@ -125,9 +128,10 @@ def test_default_cluster_is_bound_by_one_gpu_in_links() -> None:
     assert ar.reference_s is not None and close(ar.reference_s, 2 * M / 16 * 15 / 500e9)
     # Every rank has the same links (500 GB/s in and out), so the traffic term equals that reference:
     # 2·15·M over 16 ranks' 500 GB/s, 4.03 ms, above the node cut M / (8 x 50 GB/s) = 2.68 ms.
-    assert ar.cut_term is not None and close(float(ar.cut_term), M / (8 * 50e9))
+    assert close(ar.bandwidth_s, M / (8 * 50e9))
     assert close(ar.bound_s, 2 * 15 * M / (16 * 500e9)) and round(ar.bound_s * 1e3, 2) == 4.03
-    assert set(ar.to_dict()) == {"bound_s", "bandwidth_s", "latency_s", "cut", "cut_s", "traffic_s", "reference_s"}
+    assert ar.bottleneck == "traffic"
+    assert set(ar.to_dict()) == {"bound_s", "bandwidth_s", "latency_s", "cut", "traffic_s", "reference_s"}
 
 
 def min_one_way_gossip_calls(p: int) -> int:
@@ -167,9 +171,9 @@ def test_traffic_term_is_tight_on_a_full_mesh(p: int) -> None:
     # ranks' in-links counted once) would be beaten here.
     t = fully_connected(p)
     b = bound("allreduce", t, M)
-    assert close(b.bandwidth_s, 2 * M / (p * B))
+    assert close(b.bound_s, 2 * M / (p * B))
     r = simulate(registry.get(Kind.ALLREDUCE, "direct").build(p), t, M)
-    assert r.ok and b.bound_s <= r.time <= b.bandwidth_s + 2 * LAT + 1e-12
+    assert r.ok and b.bound_s <= r.time <= b.bound_s + 2 * LAT + 1e-12
 
 
 def test_latency_dominates_small_messages() -> None:
@@ -247,11 +251,12 @@ def test_cuts_match_brute_force(data: st.DataObject) -> None:
     # allreduce: min B+(S) over S holding some but not all ranks, and the traffic term over the ranks' links.
     low = min(out_bw(t, s) for s in some_not_all)
     ar = bound("allreduce", t, size)
-    assert ar.cut_term == Fraction(size) / low and out_bw(t, set(ar.cut)) == low
+    assert ar.bandwidth == Fraction(size) / low and out_bw(t, set(ar.cut)) == low
     links_in = sum((in_bw(t, {r}) for r in range(n)), Fraction(0))
     links_out = sum((out_bw(t, {r}) for r in range(n)), Fraction(0))
     assert ar.traffic_term == Fraction(2 * (n - 1) * size) / min(links_in, links_out)
-    assert ar.bandwidth == max(Fraction(size) / low, Fraction(2 * (n - 1) * size) / min(links_in, links_out))
+    traffic = Fraction(2 * (n - 1) * size) / min(links_in, links_out)
+    assert ar.bound_s == max(float(Fraction(size) / low), float(traffic), ar.latency_s)
     # broadcast / reduce at a root: min B+(S) over S with the root in (out) and some rank out (in).
     root = data.draw(st.integers(0, n - 1), label="root")
     low_b = min(out_bw(t, s) for s in some_not_all if root in s)
