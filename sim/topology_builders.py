@@ -247,6 +247,8 @@ def from_spec(spec: str, *, bandwidth: float | None = None, latency: float | Non
             topo = dgx_h100(n)
     elif os.path.exists(spec):
         topo = load(spec)
+    elif os.sep in spec or spec.lower().endswith((".json", ".graphml", ".xml")):
+        raise TopologyError(f"topology file {spec}: no such file")
     else:
         raise TopologyError(f"unknown topology {spec!r}: expected {SPEC_FORMS}")
     if bandwidth is not None or latency is not None:

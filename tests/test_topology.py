@@ -313,8 +313,12 @@ def test_json_is_strict(doc: dict[str, object], message: str) -> None:
 def test_unreadable_files() -> None:
     with pytest.raises(TopologyError, match="not valid JSON"):
         T.loads("{")
-    with pytest.raises(TopologyError, match="unknown topology"):
+    with pytest.raises(TopologyError, match=r"topology file /nonexistent/topo\.json: no such file"):
         T.from_spec("/nonexistent/topo.json")
+    with pytest.raises(TopologyError, match=r"topology file missing\.graphml: no such file"):
+        T.from_spec("missing.graphml")
+    with pytest.raises(TopologyError, match="unknown topology 'nosuch'"):
+        T.from_spec("nosuch")
 
 
 @pytest.mark.parametrize(
