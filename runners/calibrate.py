@@ -19,7 +19,11 @@ runners.calibrate --out F``) and measures what the model needs
    on one rank alone and on every rank at once;
 4. the runner's own cost: ``runners.runner.run`` of small schedules, fitted
    (with the simulator) as a fixed cost per call (``launch``) plus a cost per
-   message (``overhead``).
+   message (``message_cpu``);
+5. large runner collectives (``COLLECTIVE_CASES`` at 4 to 64 MiB): the
+   model's host cap H is the one that best explains the all-gathers, and γ
+   the reducing ones (the flow patterns' H and ``x.add_``'s γ stay in the
+   record as diagnostics), with the runner's costs refitted after them.
 
 It writes a machine file (``sim.machine``): the ``host`` topology (per-rank
 send/receive links at B, α on the host link, the host cap), the engine
@@ -71,6 +75,10 @@ RUNNER_CASES: tuple[tuple[str, str, int], ...] = (
     ("allreduce", "ring", 4), ("broadcast", "chain", 8))
 """(kind, algorithm, chunks): few and many messages on the critical path, to tell launch from overhead."""
 RUNNER_SIZES = (KIB, 32 * KIB, 512 * KIB)
+COLLECTIVE_CASES: tuple[tuple[str, str, int], ...] = (
+    ("allgather", "ring", 1), ("allgather", "direct", 1), ("allreduce", "ring", 1), ("reducescatter", "ring", 1))
+"""Large runner collectives: what the host cap H (the all-gathers) and γ (the reducing ones) are fitted to."""
+COLLECTIVE_SIZES = (4 * MIB, 16 * MIB, 64 * MIB)
 VALIDATE_KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
 
 
@@ -275,8 +283,9 @@ def _reductions(rank: int, p: int) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def _runner(rank: int, p: int, check: bool) -> list[dict[str, Any]]:
-    """The runner's time on small schedules (median of the slowest rank's), cases interleaved."""
+def _runner(rank: int, p: int, check: bool, specs: Sequence[tuple[str, str, int]] = RUNNER_CASES,
+            sizes: Sequence[int] = RUNNER_SIZES) -> list[dict[str, Any]]:
+    """The runner's time on ``specs`` at ``sizes`` (median of the slowest rank's), cases interleaved."""
     import torch
     import torch.distributed as dist
 
@@ -284,15 +293,15 @@ def _runner(rank: int, p: int, check: bool) -> list[dict[str, Any]]:
     from runners.runner import run
 
     cases = []
-    for kind_name, name, chunks in RUNNER_CASES:
+    for kind_name, name, chunks in specs:
         s = registry.build(kind_name, name, p, root=0 if kind_name == "broadcast" else None, chunks=chunks)
         kind = s.collective.kind
-        for size in RUNNER_SIZES:
+        for size in sizes:
             n = units.count_per_rank(kind, size, p, 4)
             x, o, _ = _buffers(kind, p, rank, 0 if kind is Kind.BROADCAST else None, n, torch.float32)
             cases.append(({"collective": kind_name, "algorithm": name, "chunks": chunks, "size": size}, s, x, o))
     times: list[list[float]] = [[] for _ in cases]
-    for _ in range(_reps(max(RUNNER_SIZES)) + 2):
+    for _ in range(_reps(max(sizes)) + 2):
         for (_, s, x, o), ts in zip(cases, times, strict=True):
             dist.barrier()
             t0 = time.perf_counter()
@@ -333,7 +342,8 @@ def measure(rank: int, check: bool = True, rounds: int = 3) -> dict[str, Any]:
     rec: dict[str, Any] = {"ranks": p, "p2p_sizes": list(P2P_SIZES), "flow_bytes": FLOW_SIZE,
                            "reduce_sizes": list(REDUCE_SIZES), "runner_check": check, "rounds": rounds}
     runs = [{"p2p": _p2p(rank, p), "flows": _flows(rank, p), "reduce": _reductions(rank, p),
-             "runner": _runner(rank, p, check)} for _ in range(rounds)]
+             "runner": _runner(rank, p, check),
+             "collectives": _runner(rank, p, check, COLLECTIVE_CASES, COLLECTIVE_SIZES)} for _ in range(rounds)]
     rec.update(_median_of(runs))
     rec["patterns"] = {k: [list(f) for f in v] for k, v in _patterns(p).items()}
     rec["seconds"] = time.perf_counter() - t0
@@ -410,6 +420,72 @@ def fit_runner(cases: list[dict[str, Any]], topology: Any, reduce_bw: float | No
                dropped=[i for i in range(len(cases)) if not keep[i]], cases=cases)
 
 
+def _search(f: Callable[[float], float], lo: float, hi: float, points: int = 60) -> float:
+    """The x in [lo, hi] (or inf) with the least f(x): a geometric grid, then golden-section search in
+    log x between the best point's neighbours."""
+    grid = list(np.geomspace(lo, hi, points))
+    vals = [f(x) for x in grid]
+    k = int(np.argmin(vals))
+    if f(math.inf) < vals[k]:
+        return math.inf
+    a, b = math.log(grid[max(k - 1, 0)]), math.log(grid[min(k + 1, points - 1)])
+    ratio = (math.sqrt(5) - 1) / 2
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = f(math.exp(c)), f(math.exp(d))
+    for _ in range(25):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = f(math.exp(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = f(math.exp(d))
+    best = min((fc, math.exp(c)), (fd, math.exp(d)), (vals[k], grid[k]))
+    return float(best[1])
+
+
+def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: float, host_bw: float,
+                    reduce_bw: float | None, launch: float, message_cpu: float) -> Fit:
+    """The host cap H and γ that best explain large runner collectives (``COLLECTIVE_CASES``), with the
+    simulator as the model and the other figures held: H by a search for the least squared relative error
+    of the cases without reductions, then γ over the reducing ones with that H. Falls back to ``host_bw`` or
+    ``reduce_bw`` when no case of that sort was measured."""
+    from sim.engine import simulate
+    from sim.machine import host
+
+    reducing = {Kind.ALLREDUCE, Kind.REDUCESCATTER, Kind.REDUCE}
+    scheds = [registry.build(c["collective"], c["algorithm"], p, chunks=c["chunks"]) for c in cases]
+    measured = np.array([float(c["time_s"]) for c in cases])
+    move = [i for i, s in enumerate(scheds) if s.collective.kind not in reducing]
+    red = [i for i, s in enumerate(scheds) if s.collective.kind in reducing]
+
+    def times(cap: float, gamma: float | None, idx: list[int]) -> np.ndarray:
+        topo = host(p, bandwidth=bw, latency=alpha, host_bandwidth=cap if math.isfinite(cap) else None)
+        gamma = gamma if gamma is not None and math.isfinite(gamma) else None  # inf: reductions are free
+        return np.array([simulate(scheds[i], topo, cases[i]["size"], reduce_bandwidth=gamma, launch=launch,
+                                  message_cpu=message_cpu).time for i in idx])
+
+    def err(t: np.ndarray, idx: list[int]) -> float:
+        return float(np.sum(((t - measured[idx]) / measured[idx]) ** 2))
+
+    cap = host_bw
+    if move:
+        cap = _search(lambda h: err(times(h, reduce_bw, move), move), bw * 0.25, bw * 2.0 * p)
+    gamma = reduce_bw
+    if red:
+        base = reduce_bw if reduce_bw is not None else bw
+        g = _search(lambda g: err(times(cap, g, red), red), base * 0.01, base * 4.0)
+        gamma = g if math.isfinite(g) else None
+    every = list(range(len(cases)))
+    predicted = times(cap, gamma, every)
+    rel = (predicted - measured) / measured
+    return Fit(host_bandwidth_Bps=float(cap) if math.isfinite(cap) else None,
+               reduce_bandwidth_Bps=None if gamma is None else float(gamma),
+               rms_rel=float(np.sqrt(np.mean(rel ** 2))) if len(rel) else 0.0,
+               cases=[{**c, "predicted_s": float(t)} for c, t in zip(cases, predicted, strict=True)])
+
+
 def fit_machine(rec: dict[str, Any]) -> Any:
     """The machine model (``sim.machine.Machine``) fitted to ``measure``'s record; fits under ``model``."""
     from sim.machine import EngineParams, Machine, host
@@ -431,6 +507,20 @@ def fit_machine(rec: dict[str, Any]) -> Any:
     topo = host(p, bandwidth=bw, latency=alpha, host_bandwidth=host_bw if math.isfinite(host_bw) else None,
                 name=f"calibrated:{p}")
     runner = fit_runner(rec["runner"], topo, reduce_bw, p)
+    coll: Fit | None = None
+    if rec.get("collectives"):
+        # What collectives see, not what the flow patterns suggest, sets H and γ (at 4 ranks the patterns'
+        # cap was half of what large collectives reach); the runner's costs are refitted with them, twice.
+        for _ in range(2):
+            coll = fit_collectives(rec["collectives"], p, alpha=alpha, bw=bw, host_bw=host_bw, reduce_bw=reduce_bw,
+                                   launch=float(runner["launch_s"]), message_cpu=float(runner["message_cpu_s"]))
+            hb = coll["host_bandwidth_Bps"]
+            host_bw = math.inf if hb is None else float(hb)
+            rb = coll["reduce_bandwidth_Bps"]
+            reduce_bw = None if rb is None else float(rb)
+            topo = host(p, bandwidth=bw, latency=alpha,
+                        host_bandwidth=host_bw if math.isfinite(host_bw) else None, name=f"calibrated:{p}")
+            runner = fit_runner(rec["runner"], topo, reduce_bw, p)
     engine = EngineParams(reduce_bandwidth=reduce_bw, launch=float(runner["launch_s"]),
                           message_cpu=float(runner["message_cpu_s"]))
     model = {"source": "collsched calibrate", "ranks": p, "seconds": rec.get("seconds"), "rounds": rec.get("rounds"),
@@ -438,6 +528,8 @@ def fit_machine(rec: dict[str, Any]) -> Any:
              "flows": {"bytes": rec["flow_bytes"], "patterns": rec["patterns"], "times_s": rec["flows"], "fit": cap},
              "reduce": {"sizes": rec["reduce_sizes"], "times_s": rec["reduce"], "fit": gamma},
              "runner": runner, "runner_check": rec.get("runner_check", True)}
+    if coll is not None:
+        model["collectives"] = {"sizes": sorted({c["size"] for c in rec["collectives"]}), "fit": coll}
     return Machine(topo, engine, _finite(model))
 
 
@@ -475,6 +567,14 @@ def summary(machine: Any) -> str:
              f"(patterns rms {cap['rms_rel']:.1%}: " + ", ".join(
                  f"{k} {m['flows']['times_s'][k] * 1e3:.2f}/{v * 1e3:.2f} ms" for k, v in cap["predicted_s"].items())
              + " measured/predicted)"]
+    if "collectives" in m:
+        c = m["collectives"]["fit"]
+        lines.append(f"collectives     host cap {_gbps(c['host_bandwidth_Bps'])}, "
+                     f"reduce {_gbps(c['reduce_bandwidth_Bps'])} (the model's figures: fitted to "
+                     f"{len(c['cases'])} large runner collectives, rms "
+                     f"{c['rms_rel']:.1%}; " + ", ".join(
+                         f"{x['collective']}/{x['algorithm']} {x['size'] >> 20} MiB {x['time_s'] * 1e3:.1f}/"
+                         f"{x['predicted_s'] * 1e3:.1f} ms" for x in c["cases"]) + " measured/predicted)")
     for dtype, g in m["reduce"]["fit"].items():
         lines.append(f"reduce {dtype:<9} γ = {_gbps(g['together']['bandwidth_Bps'])} every rank at once, "
                      f"{_gbps(g['alone']['bandwidth_Bps'])} alone (rms {g['together']['rms_rel']:.1%})")

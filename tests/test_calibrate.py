@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -77,7 +78,7 @@ def _record(p: int, alpha: float, bw: float, cap: float, gamma: float, launch: f
     rsizes = [64 * KIB, MIB, 8 * MIB]
     reduce_times = {"alone": [2e-6 + s / (2 * gamma) for s in rsizes], "together": [2e-6 + s / gamma for s in rsizes]}
     pairs = [f"{i}-{j}" for i in range(p) for j in range(i + 1, p)]
-    rec = {"ranks": p, "p2p_sizes": SIZES, "flow_bytes": flow, "reduce_sizes": rsizes, "seconds": 1.0,
+    rec: dict[str, Any] = {"ranks": p, "p2p_sizes": SIZES, "flow_bytes": flow, "reduce_sizes": rsizes, "seconds": 1.0,
            "p2p": {pair: _noisy([alpha + s / bw for s in SIZES], seed=i) for i, pair in enumerate(pairs)},
            "flows": by_hand, "patterns": pats, "reduce": {"float32": reduce_times, "int64": reduce_times}}
     # The runner's runs: what the engine gives with these figures (its launch and message_cpu terms are held
@@ -92,7 +93,35 @@ def _record(p: int, alpha: float, bw: float, cap: float, gamma: float, launch: f
             t = simulate(s, topo, size, reduce_bandwidth=gamma, launch=launch, message_cpu=cpu).time
             rec["runner"].append({"collective": kind, "algorithm": name, "chunks": chunks, "size": size,
                                   "time_s": t * (1.01 if len(rec["runner"]) % 2 else 0.99)})
+    rec["collectives"] = _collectives(p, alpha, bw, cap, gamma, launch, cpu)
     return rec
+
+
+def _collectives(p: int, alpha: float, bw: float, cap: float, gamma: float, launch: float,
+                 cpu: float) -> list[dict[str, Any]]:
+    """Large runner collectives as measure() records them, timed by hand from the figures: t = launch + the
+    critical path's messages (each a CPU cost on both ends, α, bytes over its share) + the reductions.
+
+    Ring all-gather at p ranks: p-1 steps of one message of S/p bytes per rank (a CPU cost on each end);
+    every rank sends at once, so each of the p flows gets min(B, H/p). Ring reduce-scatter: p-1 steps like
+    the ring all-gather's, each reducing S/p bytes at γ; ring all-reduce: a reduce-scatter then an
+    all-gather, 2(p-1) steps. (The ring cases only: they have these closed forms.)"""
+    out = []
+    for kind, name, _ in C.COLLECTIVE_CASES:
+        if name != "ring":
+            continue
+        for size in C.COLLECTIVE_SIZES:
+            piece = size / p
+            ring_step = 2 * cpu + alpha + piece / min(bw, cap / p)
+            if (kind, name) == ("allgather", "ring"):
+                t = launch + (p - 1) * ring_step
+            elif (kind, name) == ("reducescatter", "ring"):
+                t = launch + (p - 1) * (ring_step + piece / gamma)
+            else:
+                assert (kind, name) == ("allreduce", "ring")
+                t = launch + (p - 1) * (ring_step + piece / gamma) + (p - 1) * ring_step
+            out.append({"collective": kind, "algorithm": name, "chunks": 1, "size": size, "time_s": t})
+    return out
 
 
 @pytest.mark.parametrize("p", [2, 4])
@@ -113,6 +142,30 @@ def test_machine_fit_recovers_every_parameter(p: int, tmp_path: Path) -> None:
     M.save(m, path)
     back = M.load(path)
     assert back.engine == e and back.model == m.model
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_collectives_set_the_host_cap_and_gamma_when_the_flow_patterns_disagree(p: int) -> None:
+    """Flow patterns made with one cap, collectives with another (and a slower γ than x.add_ shows): the
+    model takes what the collectives see. A flows-only fit would give the patterns' cap and γ: it fails."""
+    alpha, bw, launch, cpu = 60e-6, 4e9, 150e-6, 40e-6
+    rec = _record(p, alpha, bw, 1.5e9, 30e9, launch, cpu)
+    rec["collectives"] = _collectives(p, alpha, bw, 3e9, 2e9, launch, cpu)
+    m = C.fit_machine(rec)
+    assert m.model["flows"]["fit"]["host_bandwidth_Bps"] == pytest.approx(1.5e9, rel=0.05)  # what flows say
+    assert m.topology.bandwidth("tx", "rx") == pytest.approx(3e9, rel=0.05)
+    assert m.engine.reduce_bandwidth == pytest.approx(2e9, rel=0.05)
+    assert m.model["collectives"]["fit"]["rms_rel"] < 0.03
+    assert "collectives     host cap 3.0" in C.summary(m)
+
+
+def test_without_collectives_the_flow_patterns_set_the_host_cap() -> None:
+    """Records from before the collectives existed still fit, with the patterns' cap."""
+    rec = _record(4, 60e-6, 4e9, 1.5e9, 30e9, 150e-6, 40e-6)
+    del rec["collectives"]
+    m = C.fit_machine(rec)
+    assert m.topology.bandwidth("tx", "rx") == pytest.approx(1.5e9, rel=0.05)
+    assert "collectives" not in m.model
 
 
 def test_no_host_cap_when_the_flows_do_not_show_one() -> None:
