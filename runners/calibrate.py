@@ -23,7 +23,11 @@ runners.calibrate --out F``) and measures what the model needs
 5. large runner collectives (``COLLECTIVE_CASES`` at 4 to 64 MiB): the
    model's host cap H is the one that best explains the all-gathers, and γ
    the reducing ones (the flow patterns' H and ``x.add_``'s γ stay in the
-   record as diagnostics), with the runner's costs refitted after them.
+   record as diagnostics), with the runner's costs refitted after them;
+6. the runner's private copy of a buffer (zero-filled, then copied) into
+   fresh memory: what an out-of-place schedule that writes its input costs
+   before its first transfer, which the engine does not see; predictions
+   add it (``copy_seconds``).
 
 It writes a machine file (``sim.machine``): the ``host`` topology (per-rank
 send/receive links at B, α on the host link, the host cap), the engine
@@ -58,7 +62,7 @@ import numpy as np
 
 from algorithms import registry
 from algorithms.errors import CollschedError
-from algorithms.ir import Kind, Schedule
+from algorithms.ir import Buf, Kind, Schedule
 from sim import units
 
 __all__ = ["CalibrationError", "Fit", "add_parser", "algorithms_for", "fit_alpha_beta", "fit_host_cap", "fit_knee",
@@ -79,6 +83,9 @@ COLLECTIVE_CASES: tuple[tuple[str, str, int], ...] = (
     ("allgather", "ring", 1), ("allgather", "direct", 1), ("allreduce", "ring", 1), ("reducescatter", "ring", 1))
 """Large runner collectives: what the host cap H (the all-gathers) and γ (the reducing ones) are fitted to."""
 COLLECTIVE_SIZES = (4 * MIB, 16 * MIB, 64 * MIB)
+COPY_SIZES = (64 * MIB, 128 * MIB)
+"""Sizes of the buffer-copy benchmark: above glibc's largest mmap threshold (32 MiB), so that every copy
+lands in freshly mapped pages, as the runner's private copies do (smaller sizes would reuse warm heap)."""
 VALIDATE_KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
 
 
@@ -283,6 +290,27 @@ def _reductions(rank: int, p: int) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+def _copies(rank: int, p: int) -> list[float]:
+    """The runner's private copy of a buffer (``runners.buffers``: ``torch.zeros`` then ``copy_``) into fresh
+    memory, every rank at once: the slowest rank's median per size in ``COPY_SIZES``."""
+    import torch
+    import torch.distributed as dist
+
+    out = []
+    for size in COPY_SIZES:
+        src = torch.ones(size, dtype=torch.uint8)
+        times = []
+        for _ in range(_reps(size) + 1):
+            dist.barrier()
+            t0 = time.perf_counter()
+            torch.zeros(size, dtype=torch.uint8).copy_(src)
+            times.append(time.perf_counter() - t0)
+        out.append(_median(times[1:]))
+    t = torch.tensor(out, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [float(x) for x in t]
+
+
 def _runner(rank: int, p: int, check: bool, specs: Sequence[tuple[str, str, int]] = RUNNER_CASES,
             sizes: Sequence[int] = RUNNER_SIZES) -> list[dict[str, Any]]:
     """The runner's time on ``specs`` at ``sizes`` (median of the slowest rank's), cases interleaved."""
@@ -340,9 +368,11 @@ def measure(rank: int, check: bool = True, rounds: int = 3) -> dict[str, Any]:
     torch.manual_seed(0)
     t0 = time.perf_counter()
     rec: dict[str, Any] = {"ranks": p, "p2p_sizes": list(P2P_SIZES), "flow_bytes": FLOW_SIZE,
+                           "copy_sizes": list(COPY_SIZES),
                            "reduce_sizes": list(REDUCE_SIZES), "runner_check": check, "rounds": rounds}
     runs = [{"p2p": _p2p(rank, p), "flows": _flows(rank, p), "reduce": _reductions(rank, p),
              "runner": _runner(rank, p, check),
+             "copies": _copies(rank, p),
              "collectives": _runner(rank, p, check, COLLECTIVE_CASES, COLLECTIVE_SIZES)} for _ in range(rounds)]
     rec.update(_median_of(runs))
     rec["patterns"] = {k: [list(f) for f in v] for k, v in _patterns(p).items()}
@@ -380,7 +410,27 @@ def fit_host_cap(rec: dict[str, Any], alpha: float, bw: float) -> Fit:
                predicted_s={k: _flow_time(pats[k], nbytes, alpha, bw, cap) for k in times})
 
 
-def fit_runner(cases: list[dict[str, Any]], topology: Any, reduce_bw: float | None, p: int) -> Fit:
+def copy_seconds(schedule: Schedule, size: float, copy: Fit | dict[str, Any] | None) -> float:
+    """The gloo runner's memory copies outside the schedule, which the engine does not see: when an
+    out-of-place schedule writes its input, the runner first makes a private copy of it
+    (``runners.buffers``: zero-filled, then copied), costing ``copy``'s α + bytes/B on the rank with the
+    largest input (0 when ``copy`` is None). Local copy transfers are not counted (the engine leaves them free)."""
+    if not copy or schedule.collective.in_place:
+        return 0.0
+    coll = schedule.collective
+    p = coll.ranks
+    piece = size if units.sized_buffer(coll.kind) == "buffer" else size / p
+    chunk = piece / coll.chunks
+    writers = {t.dst for _, _, t in schedule.transfers() if t.dst_buf is Buf.INPUT}
+    if not writers:
+        return 0.0
+    nbytes = max(coll.input_chunks(r) for r in writers) * chunk
+    bw = copy.get("bandwidth_Bps")
+    return float(copy.get("alpha_s") or 0.0) + (nbytes / float(bw) if bw else 0.0)
+
+
+def fit_runner(cases: list[dict[str, Any]], topology: Any, reduce_bw: float | None, p: int,
+               copy: Fit | None = None) -> Fit:
     """The runner's costs: ``launch`` per call and ``message_cpu`` per message (sim.engine), fitted to the
     measured runs of small schedules with the simulator as the model: for each ``message_cpu`` on a grid,
     the best ``launch`` is the weighted mean of what remains; the pair with the least squared relative
@@ -393,7 +443,7 @@ def fit_runner(cases: list[dict[str, Any]], topology: Any, reduce_bw: float | No
     w = 1.0 / measured
     grid = [0.0, *np.geomspace(1e-6, 1e-3, 40)]
     sims = np.array([[simulate(s, topology, c["size"], reduce_bandwidth=reduce_bw, message_cpu=cpu).time
-                      for s, c in zip(scheds, cases, strict=True)] for cpu in grid])
+                      + copy_seconds(s, c["size"], copy) for s, c in zip(scheds, cases, strict=True)] for cpu in grid])
     keep = np.ones(len(cases), dtype=bool)
 
     def best(keep: np.ndarray) -> tuple[float, int, float]:
@@ -446,7 +496,7 @@ def _search(f: Callable[[float], float], lo: float, hi: float, points: int = 60)
 
 
 def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: float, host_bw: float,
-                    reduce_bw: float | None, launch: float, message_cpu: float) -> Fit:
+                    reduce_bw: float | None, launch: float, message_cpu: float, copy: Fit | None = None) -> Fit:
     """The host cap H and γ that best explain large runner collectives (``COLLECTIVE_CASES``), with the
     simulator as the model and the other figures held: H by a search for the least squared relative error
     of the cases without reductions, then γ over the reducing ones with that H. Falls back to ``host_bw`` or
@@ -464,7 +514,8 @@ def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: fl
         topo = host(p, bandwidth=bw, latency=alpha, host_bandwidth=cap if math.isfinite(cap) else None)
         gamma = gamma if gamma is not None and math.isfinite(gamma) else None  # inf: reductions are free
         return np.array([simulate(scheds[i], topo, cases[i]["size"], reduce_bandwidth=gamma, launch=launch,
-                                  message_cpu=message_cpu).time for i in idx])
+                                  message_cpu=message_cpu).time + copy_seconds(scheds[i], cases[i]["size"], copy)
+                         for i in idx])
 
     def err(t: np.ndarray, idx: list[int]) -> float:
         return float(np.sum(((t - measured[idx]) / measured[idx]) ** 2))
@@ -506,21 +557,23 @@ def fit_machine(rec: dict[str, Any]) -> Any:
     reduce_bw = float(gamma["float32"]["together"]["bandwidth_Bps"]) if "float32" in gamma else None
     topo = host(p, bandwidth=bw, latency=alpha, host_bandwidth=host_bw if math.isfinite(host_bw) else None,
                 name=f"calibrated:{p}")
-    runner = fit_runner(rec["runner"], topo, reduce_bw, p)
+    copy = fit_alpha_beta([float(x) for x in rec["copy_sizes"]], rec["copies"]) if rec.get("copies") else None
+    runner = fit_runner(rec["runner"], topo, reduce_bw, p, copy)
     coll: Fit | None = None
     if rec.get("collectives"):
         # What collectives see, not what the flow patterns suggest, sets H and γ (at 4 ranks the patterns'
         # cap was half of what large collectives reach); the runner's costs are refitted with them, twice.
         for _ in range(2):
             coll = fit_collectives(rec["collectives"], p, alpha=alpha, bw=bw, host_bw=host_bw, reduce_bw=reduce_bw,
-                                   launch=float(runner["launch_s"]), message_cpu=float(runner["message_cpu_s"]))
+                                   launch=float(runner["launch_s"]), message_cpu=float(runner["message_cpu_s"]),
+                                   copy=copy)
             hb = coll["host_bandwidth_Bps"]
             host_bw = math.inf if hb is None else float(hb)
             rb = coll["reduce_bandwidth_Bps"]
             reduce_bw = None if rb is None else float(rb)
             topo = host(p, bandwidth=bw, latency=alpha,
                         host_bandwidth=host_bw if math.isfinite(host_bw) else None, name=f"calibrated:{p}")
-            runner = fit_runner(rec["runner"], topo, reduce_bw, p)
+            runner = fit_runner(rec["runner"], topo, reduce_bw, p, copy)
     engine = EngineParams(reduce_bandwidth=reduce_bw, launch=float(runner["launch_s"]),
                           message_cpu=float(runner["message_cpu_s"]))
     model = {"source": "collsched calibrate", "ranks": p, "seconds": rec.get("seconds"), "rounds": rec.get("rounds"),
@@ -528,6 +581,8 @@ def fit_machine(rec: dict[str, Any]) -> Any:
              "flows": {"bytes": rec["flow_bytes"], "patterns": rec["patterns"], "times_s": rec["flows"], "fit": cap},
              "reduce": {"sizes": rec["reduce_sizes"], "times_s": rec["reduce"], "fit": gamma},
              "runner": runner, "runner_check": rec.get("runner_check", True)}
+    if copy is not None:
+        model["copies"] = {"sizes": rec["copy_sizes"], "times_s": rec["copies"], "fit": copy}
     if coll is not None:
         model["collectives"] = {"sizes": sorted({c["size"] for c in rec["collectives"]}), "fit": coll}
     return Machine(topo, engine, _finite(model))
@@ -575,6 +630,11 @@ def summary(machine: Any) -> str:
                      f"{c['rms_rel']:.1%}; " + ", ".join(
                          f"{x['collective']}/{x['algorithm']} {x['size'] >> 20} MiB {x['time_s'] * 1e3:.1f}/"
                          f"{x['predicted_s'] * 1e3:.1f} ms" for x in c["cases"]) + " measured/predicted)")
+    if "copies" in m:
+        cf = m["copies"]["fit"]
+        lines.append(f"buffer copy     {_gbps(cf['bandwidth_Bps'])} (zero-fill and copy into fresh memory, every rank "
+                     f"at once, α = {cf['alpha_s'] * 1e6:.1f} us; rms {cf['rms_rel']:.1%}): the runner's private "
+                     "input copy")
     for dtype, g in m["reduce"]["fit"].items():
         lines.append(f"reduce {dtype:<9} γ = {_gbps(g['together']['bandwidth_Bps'])} every rank at once, "
                      f"{_gbps(g['alone']['bandwidth_Bps'])} alone (rms {g['together']['rms_rel']:.1%})")
@@ -626,10 +686,17 @@ def _build(kind: Kind | str, name: str, p: int, chunks: int = 1) -> Schedule:
 
 def predict(machine: Any, kind: str, name: str, p: int, size: float, chunks: int = 1) -> float:
     """Simulated seconds of one algorithm on the machine (dataflow, as the gloo runner executes)."""
-    r = machine.simulate(_build(kind, name, p, chunks), size)
+    sched = _build(kind, name, p, chunks)
+    r = machine.simulate(sched, size)
     if not r.ok:
         raise CalibrationError(f"{kind}/{name} on {p} ranks failed its postcondition in simulation")
-    return float(r.time)
+    return float(r.time) + copy_seconds(sched, size, _copy_fit(machine))
+
+
+def _copy_fit(machine: Any) -> dict[str, Any] | None:
+    """The machine's fit of the runner's buffer copies (``collsched calibrate``'s ``model.copies``), if any."""
+    copies = (machine.model or {}).get("copies")
+    return copies.get("fit") if isinstance(copies, dict) else None
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -707,6 +774,7 @@ def tune(machine: Any, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | Non
     from runners.policy import DEFAULTS, Policy
 
     hand_made = Policy(dict(DEFAULTS))
+    copy = _copy_fit(machine)
     rules: dict[str, list[dict[str, Any]]] = {}
     for kind in kinds or registry.kinds():
         cands: list[tuple[str, int, Schedule]] = []
@@ -718,7 +786,8 @@ def tune(machine: Any, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | Non
             continue
         picks: list[tuple[str, int, float, int]] = []
         for size in sizes if kind is not Kind.BARRIER else sizes[:1]:
-            times = {(name, c): float(r.time) for name, c, sched in cands if (r := machine.simulate(sched, size)).ok}
+            times = {(name, c): float(r.time) + copy_seconds(sched, size, copy) for name, c, sched in cands
+                     if (r := machine.simulate(sched, size)).ok}
             if not times:
                 continue
             best = min(times, key=lambda k: times[k])  # the first of equals, in registry order

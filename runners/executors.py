@@ -15,9 +15,12 @@ Dataflow (``execute_host``, gloo only): sends and receives are posted with
 ``isend``/``irecv`` as their dependencies complete, each transfer on its own
 tag (gloo matches tags exactly), staged receives are posted ahead in program
 order, and the runner blocks on the earliest outstanding operation, then
-takes every other completed one. nccl ignores tags and matches a pair's
-messages in posting order, which dataflow order does not keep equal on both
-ends, so this executor is refused for CUDA tensors.
+takes every other completed one (on gloo, torch's point-to-point works
+report ``is_completed()`` only once waited on, so in practice it waits on
+them one at a time, earliest first; benchmarks/bench_wait.py probes it).
+nccl ignores tags and matches a pair's messages in posting order, which
+dataflow order does not keep equal on both ends, so this executor is refused
+for CUDA tensors.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from algorithms import registry
+from algorithms.ir import Kind
 from runners import calibrate as C
 from runners.policy import Choice, Policy
 from sim import machine as M
@@ -93,8 +94,14 @@ def _record(p: int, alpha: float, bw: float, cap: float, gamma: float, launch: f
             t = simulate(s, topo, size, reduce_bandwidth=gamma, launch=launch, message_cpu=cpu).time
             rec["runner"].append({"collective": kind, "algorithm": name, "chunks": chunks, "size": size,
                                   "time_s": t * (1.01 if len(rec["runner"]) % 2 else 0.99)})
+    rec["copy_sizes"] = list(C.COPY_SIZES)
+    rec["copies"] = [COPY_ALPHA + size / COPY_BW for size in C.COPY_SIZES]
     rec["collectives"] = _collectives(p, alpha, bw, cap, gamma, launch, cpu)
     return rec
+
+
+COPY_ALPHA, COPY_BW = 20e-6, 5e9
+"""The runner's buffer copy in the hand-made records: t = α + bytes/B."""
 
 
 def _collectives(p: int, alpha: float, bw: float, cap: float, gamma: float, launch: float,
@@ -117,6 +124,8 @@ def _collectives(p: int, alpha: float, bw: float, cap: float, gamma: float, laun
                 t = launch + (p - 1) * ring_step
             elif (kind, name) == ("reducescatter", "ring"):
                 t = launch + (p - 1) * (ring_step + piece / gamma)
+                if p > 2:  # from 3 ranks the ring reduces into input chunks: the runner copies the input first
+                    t += COPY_ALPHA + size / COPY_BW
             else:
                 assert (kind, name) == ("allreduce", "ring")
                 t = launch + (p - 1) * (ring_step + piece / gamma) + (p - 1) * ring_step
@@ -157,6 +166,39 @@ def test_collectives_set_the_host_cap_and_gamma_when_the_flow_patterns_disagree(
     assert m.engine.reduce_bandwidth == pytest.approx(2e9, rel=0.05)
     assert m.model["collectives"]["fit"]["rms_rel"] < 0.03
     assert "collectives     host cap 3.0" in C.summary(m)
+
+
+def test_copy_seconds_counts_the_private_input_copy_of_out_of_place_schedules_that_write_their_input() -> None:
+    copy = {"alpha_s": 1e-5, "bandwidth_Bps": 1e9}
+    size = 64 * MIB
+    rs = {name: registry.build("reducescatter", name, 2) for name in ("ring", "direct")}
+    # 2 ranks: the ring writes only outputs; direct reduces into input chunk 0 on rank 0 and 1 on rank 1, so
+    # each rank copies its whole input, which is the sized buffer of a reduce-scatter: 64 MiB.
+    assert C.copy_seconds(rs["ring"], size, copy) == 0.0
+    assert C.copy_seconds(rs["direct"], size, copy) == pytest.approx(1e-5 + size / 1e9)
+    # 4 ranks: the ring reduces into input chunks too.
+    assert C.copy_seconds(registry.build("reducescatter", "ring", 4), size, copy) == pytest.approx(1e-5 + size / 1e9)
+    # In-place kinds and schedules that write only outputs copy nothing; no fit: nothing.
+    assert C.copy_seconds(registry.build("allreduce", "ring", 4), size, copy) == 0.0
+    assert C.copy_seconds(registry.build("allgather", "ring", 4), size, copy) == 0.0
+    assert C.copy_seconds(rs["direct"], size, None) == 0.0
+
+
+def test_a_calibrated_copy_makes_predictions_and_tune_count_it(tmp_path: Path) -> None:
+    """The machine's copy fit reaches predict (the difference is the hand-made copy time) and tune."""
+    m = C.fit_machine(_record(2, 60e-6, 4e9, 3e9, 30e9, 150e-6, 40e-6))
+    assert m.model["copies"]["fit"]["bandwidth_Bps"] == pytest.approx(COPY_BW, rel=0.01)
+    bare = M.Machine(m.topology, m.engine, {})
+    size = 64 * MIB
+    extra = C.predict(m, "reducescatter", "direct", 2, size) - C.predict(bare, "reducescatter", "direct", 2, size)
+    assert extra == pytest.approx(COPY_ALPHA + size / COPY_BW, rel=0.01)
+    assert C.predict(m, "reducescatter", "ring", 2, size) == C.predict(bare, "reducescatter", "ring", 2, size)
+    # tune: at 64 KiB on 2 ranks the built-in default, recursive halving, writes its input; with a copy
+    # this slow (65 ms) an algorithm that does not (the ring) wins, without it the default stays.
+    slow = M.Machine(m.topology, m.engine, {"copies": {"fit": {"alpha_s": 0.0, "bandwidth_Bps": 1e6}}})
+    pick = {name: C.tune(x, 2, [64 * KIB], kinds=[Kind.REDUCESCATTER])["reducescatter"][0]["algorithm"]
+            for name, x in (("slow", slow), ("bare", bare))}
+    assert pick == {"slow": "ring", "bare": "recursive_halving"}
 
 
 def test_without_collectives_the_flow_patterns_set_the_host_cap() -> None:
