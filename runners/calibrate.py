@@ -763,17 +763,21 @@ def plot_validation(rows: Sequence[dict[str, Any]], path: str) -> None:
 
 
 TUNE_CHUNKS = (1, 2, 4)
+TUNE_MARGIN = 0.05
+"""A choice is kept unless another is predicted faster by more than this fraction: 5% is the noise between
+launches on the development machine (docs/backend.md), below which a measurement could not confirm a gain."""
 
 
 def tune(machine: Any, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | None = None,
          ) -> dict[str, list[dict[str, Any]]]:
     """Per kind, the rules of a ``collsched.tuning/1`` file for ``p`` ranks: at each size the algorithm (and
     chunks in ``TUNE_CHUNKS``) with the least simulated time; neighbouring sizes with the same choice make
-    one rule, which covers calls up to its largest size (the last: every size). Where the policy's built-in
-    default (or the previous size's choice) is within 1% of the least time, it is kept."""
-    from runners.policy import DEFAULTS, Policy
+    one rule, which covers calls up to its largest size (the last: every size). Where the policy's hand-made
+    band (``runners.policy.HAND_DEFAULTS``), or else the previous size's choice, is within ``TUNE_MARGIN`` of
+    the least time, it is kept."""
+    from runners.policy import HAND_DEFAULTS, Policy
 
-    hand_made = Policy(dict(DEFAULTS))
+    hand_made = Policy(dict(HAND_DEFAULTS))
     copy = _copy_fit(machine)
     rules: dict[str, list[dict[str, Any]]] = {}
     for kind in kinds or registry.kinds():
@@ -791,11 +795,11 @@ def tune(machine: Any, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | Non
             if not times:
                 continue
             best = min(times, key=lambda k: times[k])  # the first of equals, in registry order
-            # Within 1% of the best the model cannot tell: keep the built-in default's choice, else the band's.
+            # Within the margin a measurement cannot tell: keep the hand-made band's choice, else the previous.
             d = hand_made.choose(kind, size, p)
             for keep in ((d.algorithm, dict(d.params).get("chunks", 1)),
                          (picks[-1][0], picks[-1][1]) if picks else None):
-                if keep in times and times[keep] <= 1.01 * times[best]:
+                if keep in times and times[keep] <= (1 + TUNE_MARGIN) * times[best]:
                     best = keep
                     break
             picks.append((best[0], best[1], times[best], size))

@@ -51,6 +51,7 @@ from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 
 __all__ = [
     "DEFAULTS",
+    "HAND_DEFAULTS",
     "FILE_PREFIX",
     "P2P",
     "ENV_ALGORITHMS",
@@ -214,7 +215,7 @@ def _band(max_bytes: int | None, *names: str, max_ranks: int | None = None) -> R
 # Larger worlds keep the previous bands (not measured here: 2 cores). From
 # 32 MiB the ring pipelines 4 chunks per piece (at 64 MiB on 4 ranks within
 # noise of 1 or 2 chunks and of direct: 0.82-0.93x torch for all of them).
-DEFAULTS: Mapping[Kind, tuple[Rule, ...]] = {
+HAND_DEFAULTS: Mapping[Kind, tuple[Rule, ...]] = {
     Kind.ALLREDUCE: (
         _band(64 * _KIB, "recursive_doubling", "rabenseifner", "ring"),
         _band(_KIB * _KIB, "recursive_doubling", "rabenseifner", "ring", max_ranks=8),
@@ -231,6 +232,9 @@ DEFAULTS: Mapping[Kind, tuple[Rule, ...]] = {
     Kind.ALLTOALL: (_band(None, "pairwise", "linear", "bruck"),),
     Kind.BARRIER: (_band(None, "dissemination"),),
 }
+"""The hand-made bands: what ``collsched tune`` keeps where its prediction is not clearly better."""
+
+DEFAULTS: Mapping[Kind, tuple[Rule, ...]] = HAND_DEFAULTS
 
 
 def _kind(name: str, where: str) -> Kind:
