@@ -1,9 +1,11 @@
-"""A tuning file's choices against the built-in defaults, band by band, in paired launches.
+"""A tuning file's choices against the policy's hand-made bands, band by band, in paired launches.
 
     python benchmarks/compare_tuning.py --tuning tuning.json --nproc 4 [--launches 4] [--sizes 4KiB:64MiB:4]
 
 For each collective and size where the tuning file (``collsched tune``) and
-the policy's built-in defaults pick different algorithms, both schedules run
+the policy's hand-made bands (``runners.policy.HAND_DEFAULTS``, what the
+built-in defaults were before the tuned table, and what ``tune`` keeps
+within its margin) pick different algorithms, both schedules run
 in the same launch, alternating iteration by iteration after a barrier (so
 both see the same machine load); a launch's figure is the ratio of the
 medians of the slowest rank's times, tuned / default. Each launch is a fresh
@@ -25,14 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms.ir import ROOTED_KINDS, Kind
 from runners.launch import spawn
-from runners.policy import Choice, Policy, schedule
+from runners.policy import HAND_DEFAULTS, Choice, Policy, load_tuning, schedule
 from sim import units
 
-KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
+KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "reduce", "scatter", "gather")
 
 
 def _pairs(tuning: str, p: int, sizes: list[int]) -> list[tuple[str, int, Choice, Choice]]:
-    default, tuned = Policy.defaults(), Policy.from_env({}, tuning=tuning)
+    default, tuned = Policy(dict(HAND_DEFAULTS)), Policy(dict(HAND_DEFAULTS)).override(load_tuning(tuning))
     out = []
     for kind in KINDS:
         for size in sizes:

@@ -4,10 +4,13 @@ A ``Policy`` is an ordered list of rules per collective kind; the first rule
 whose byte and rank ranges contain the call wins. Rules come from three
 places, later ones overriding earlier ones kind by kind:
 
-1. built-in defaults (``DEFAULTS``): for each band of sizes (and, where
-   it matters, of world sizes) a preference list of algorithm names, of which
-   the first one registered and able to serve the world size is used, so the
-   defaults follow whatever the algorithm library holds;
+1. built-in defaults (``DEFAULTS``): first the tuned table (``TUNED_TABLE``,
+   ``collsched tune``'s output for gloo on the development machine, for the
+   world sizes it was tuned for), then the hand-made bands
+   (``HAND_DEFAULTS``): for each band of sizes (and, where it matters, of
+   world sizes) a preference list of algorithm names, of which the first one
+   registered and able to serve the world size is used, so the defaults
+   follow whatever the algorithm library holds;
 2. a JSON tuning file, named by ``COLLSCHED_TUNING`` or passed in
    (format ``collsched.tuning/1``, see ``docs/backend.md``);
 3. the environment variable ``COLLSCHED_ALGORITHMS``, such as
@@ -41,7 +44,7 @@ import functools
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,7 @@ from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 __all__ = [
     "DEFAULTS",
     "HAND_DEFAULTS",
+    "TUNED_TABLE",
     "FILE_PREFIX",
     "P2P",
     "ENV_ALGORITHMS",
@@ -232,9 +236,8 @@ HAND_DEFAULTS: Mapping[Kind, tuple[Rule, ...]] = {
     Kind.ALLTOALL: (_band(None, "pairwise", "linear", "bruck"),),
     Kind.BARRIER: (_band(None, "dissemination"),),
 }
-"""The hand-made bands: what ``collsched tune`` keeps where its prediction is not clearly better."""
-
-DEFAULTS: Mapping[Kind, tuple[Rule, ...]] = HAND_DEFAULTS
+"""The hand-made bands: what ``collsched tune`` keeps where its prediction is not clearly better, and the
+built-in rules for world sizes the tuned table (``TUNED_TABLE``) does not cover."""
 
 
 def _kind(name: str, where: str) -> Kind:
@@ -413,3 +416,19 @@ def schedule(kind: Kind, choice: Choice, ranks: int, root: int | None = None) ->
         return s
     algorithm = registry.get(kind, choice.algorithm)
     return algorithm.build(ranks, root=root if kind in ROOTED_KINDS else None, **dict(choice.params))
+
+
+TUNED_TABLE = Path(__file__).with_name("tuning") / "gloo.json"
+"""``collsched tune``'s table for gloo over loopback on the development machine (2 and 4 ranks, each rule
+with its predicted seconds), from the machine files next to it; regenerate with the command in its
+``comment`` (docs/backend.md, "Choosing algorithms: the policy")."""
+
+
+def _tuned_defaults() -> dict[Kind, tuple[Rule, ...]]:
+    rules = load_tuning(TUNED_TABLE)
+    return {kind: tuple(replace(rule, origin="default") for rule in kind_rules) for kind, kind_rules in rules.items()}
+
+
+_TUNED = _tuned_defaults()
+DEFAULTS: dict[Kind, tuple[Rule, ...]] = {kind: _TUNED.get(kind, ()) + HAND_DEFAULTS.get(kind, ()) for kind in Kind}
+"""The built-in rules: the tuned table's (for the world sizes it was tuned for), then the hand-made bands."""

@@ -13,7 +13,9 @@ from runners.policy import (
     DEFAULTS,
     ENV_ALGORITHMS,
     ENV_TUNING,
+    HAND_DEFAULTS,
     P2P,
+    TUNED_TABLE,
     TUNING_FORMAT,
     Choice,
     Policy,
@@ -48,20 +50,45 @@ def test_defaults_pick_a_registered_algorithm_that_serves(kind: Kind, ranks: int
 
 def test_defaults_use_the_library_ring_for_large_allreduce() -> None:
     assert Policy.defaults().choose("allreduce", 16 << 20, 9) == Choice("ring")
-    assert Policy.defaults().choose("allreduce", 64 << 20, 4) == Choice("ring", (("chunks", 4),))
+    assert Policy(dict(HAND_DEFAULTS)).choose("allreduce", 64 << 20, 4) == Choice("ring", (("chunks", 4),))
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])
-def test_defaults_allreduce_bands_on_few_ranks(ranks: int) -> None:
+def test_hand_made_allreduce_bands_on_few_ranks(ranks: int) -> None:
     # The bands' edges on at most 8 ranks: recursive doubling up to 1 MiB, direct above and up to 32 MiB.
-    assert Policy.defaults().choose("allreduce", 1 << 20, ranks) == Choice("recursive_doubling")
-    assert Policy.defaults().choose("allreduce", (1 << 20) + 1, ranks) == Choice("direct")
-    assert Policy.defaults().choose("allreduce", 32 << 20, ranks) == Choice("direct")
-    assert Policy.defaults().choose("allreduce", (32 << 20) + 1, ranks) == Choice("ring", (("chunks", 4),))
+    hand = Policy(dict(HAND_DEFAULTS))
+    assert hand.choose("allreduce", 1 << 20, ranks) == Choice("recursive_doubling")
+    assert hand.choose("allreduce", (1 << 20) + 1, ranks) == Choice("direct")
+    assert hand.choose("allreduce", 32 << 20, ranks) == Choice("direct")
+    assert hand.choose("allreduce", (32 << 20) + 1, ranks) == Choice("ring", (("chunks", 4),))
     # Larger worlds: recursive doubling only up to 64 KiB, then the ring.
-    assert Policy.defaults().choose("allreduce", 64 << 10, 9) == Choice("recursive_doubling")
-    assert Policy.defaults().choose("allreduce", (64 << 10) + 1, 9) == Choice("ring")
-    assert Policy.defaults().choose("allreduce", 1 << 20, 9) == Choice("ring")
+    assert hand.choose("allreduce", 64 << 10, 9) == Choice("recursive_doubling")
+    assert hand.choose("allreduce", (64 << 10) + 1, 9) == Choice("ring")
+    assert hand.choose("allreduce", 1 << 20, 9) == Choice("ring")
+
+
+SIZES = (0, 1024, 65536, 65537, 1 << 20, (1 << 20) + 1, 4 << 20, 32 << 20, 64 << 20, 1 << 30)
+
+
+def test_defaults_are_the_tuned_table_then_the_hand_made_bands() -> None:
+    """The checked-in table, read here as plain JSON (first rule whose ranks and max_bytes contain the
+    call), decides on the world sizes it was tuned for; the hand-made bands decide on the others."""
+    doc = json.loads(TUNED_TABLE.read_text())
+    defaults, hand = Policy.defaults(), Policy(dict(HAND_DEFAULTS))
+    tuned_ranks: set[int] = set()
+    for kind, rules in doc["rules"].items():
+        for p in {r["min_ranks"] for r in rules}:
+            tuned_ranks.add(p)
+            for size in SIZES:
+                rule = next(r for r in rules if r["min_ranks"] <= p <= r["max_ranks"]
+                            and size <= r.get("max_bytes", size))
+                want = Choice(rule["algorithm"], tuple(sorted(rule.get("params", {}).items())))
+                assert defaults.choose(kind, size, p) == want, (kind, size, p)
+    assert tuned_ranks == {2, 4}
+    for kind in Kind:
+        for p in (1, 3, 5, 8, 9, 16):
+            for size in SIZES:
+                assert defaults.choose(kind, size, p) == hand.choose(kind, size, p)
 
 
 def test_env_var_pins_one_algorithm_per_kind_with_parameters() -> None:
@@ -198,4 +225,5 @@ def test_parse_algorithms_ignores_blank_items() -> None:
 def test_describe_lists_every_kind() -> None:
     table = Policy.defaults().describe(4)
     assert set(table) == {k.value for k in Kind}
-    assert table["allreduce"][64 << 20] == "ring:chunks=4"
+    assert table["allreduce"][64 << 20] == str(Policy.defaults().choose("allreduce", 64 << 20, 4))
+    assert Policy(dict(HAND_DEFAULTS)).describe(4)["allreduce"][64 << 20] == "ring:chunks=4"
