@@ -39,6 +39,12 @@ convention of ``sim.engine.chunk_bytes``) on N ranks. For a vertex set S
   complement, the allgather and allreduce attaining cuts and their
   complements): still a valid bound, not always the tightest.
 
+Every byte a schedule moves travels on the routes the simulator gives the
+pairs of ranks (``Topology.route``), so the links that carry no pair's route
+carry nothing: the terms are computed on the other links (``routed_part``),
+and where there are any such idle links the bound over every link is reported
+beside it (``any_routing``), what other routes could reach.
+
 All of these are exact: bandwidths are converted to ``fractions.Fraction``
 (a float converts exactly), max-flows run on integers scaled by a common
 denominator, and the ratio is found by Dinkelbach's method: start from the
@@ -64,7 +70,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -76,7 +82,7 @@ from algorithms.ir import ROOTED_KINDS, Kind
 from sim.topology import Node, Topology
 
 __all__ = ["BOUND_KINDS", "Bound", "BoundError", "bound", "cut_ratio", "min_cut_bandwidth", "latency_term",
-           "rank_bandwidth"]
+           "rank_bandwidth", "routed_part"]
 
 BOUND_KINDS: tuple[Kind, ...] = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE,
                                  Kind.ALLTOALL)
@@ -95,7 +101,9 @@ class Bound:
     ``cut`` the vertex set S (ranks and switch names) that attains it, its out-links the bottleneck;
     ``reference_s`` is, for allreduce, the reducescatter-plus-allgather reference (None otherwise);
     ``traffic_term`` is, for allreduce, the traffic term (None otherwise); ``bound_s`` takes the
-    largest of ``bandwidth``, ``traffic_term`` and ``latency_s``.
+    largest of ``bandwidth``, ``traffic_term`` and ``latency_s``. ``idle_links`` counts the links
+    that carry no route and are left out; when there are any, ``any_routing`` is the bound with
+    every link usable, what other routes could reach.
     """
 
     kind: Kind
@@ -106,6 +114,8 @@ class Bound:
     root: int | None = None
     reference_s: float | None = None
     traffic_term: Fraction | None = None
+    idle_links: int = 0
+    any_routing: Bound | None = None
 
     @property
     def bandwidth_s(self) -> float:
@@ -142,7 +152,9 @@ class Bound:
         bw = scale(self.bandwidth)
         assert bw is not None
         ref = None if self.reference_s is None or not self.size else self.reference_s * size / self.size
-        return Bound(self.kind, size, bw, self.latency_s, self.cut, self.root, ref, scale(self.traffic_term))
+        other = None if self.any_routing is None else self.any_routing.scaled(size)
+        return Bound(self.kind, size, bw, self.latency_s, self.cut, self.root, ref, scale(self.traffic_term),
+                     self.idle_links, other)
 
     def efficiency(self, time_s: float) -> float:
         """bound / time: 1.0 means the run reached the bound (inf for a run that took no time)."""
@@ -151,11 +163,15 @@ class Bound:
         return self.bound_s / time_s
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready: bound_s, bandwidth_s, latency_s, cut (and, for allreduce, traffic_s and reference_s)."""
+        """JSON-ready: bound_s, bandwidth_s, latency_s, cut (and, for allreduce, traffic_s and reference_s;
+        where links carry no route, idle_links and any_routing_s)."""
         out: dict[str, object] = {"bound_s": self.bound_s, "bandwidth_s": self.bandwidth_s,
                                   "latency_s": self.latency_s, "cut": list(self.cut)}
         if self.traffic_s is not None:
             out["traffic_s"] = self.traffic_s
+        if self.any_routing is not None:
+            out["idle_links"] = self.idle_links
+            out["any_routing_s"] = self.any_routing.bound_s
         if self.reference_s is not None:
             out["reference_s"] = self.reference_s
         return out
@@ -318,9 +334,32 @@ def bound(kind: Kind | str, topology: Topology, size: float, *, root: int | None
             raise BoundError(f"root {root!r} out of range for a topology of {n} ranks")
     elif root is not None:
         raise BoundError(f"{kind} has no root, got root={root}")
-    m = _frac(size)
     if n < 2:
         return Bound(kind, size, Fraction(0), 0.0, (), root)
+    idle = len(topology.links) - len(topology.routed_links())
+    if not idle:
+        return _bound(kind, topology, size, root)
+    # Links on no route carry nothing: the bound for these routes leaves them out, and the bound
+    # over every link says what other routes could reach.
+    return replace(_bound(kind, routed_part(topology), size, root), idle_links=idle,
+                   any_routing=_bound(kind, topology, size, root))
+
+
+def routed_part(topology: Topology) -> Topology:
+    """The topology with only the links that carry some pair's route (``Topology.routed_links``),
+    its explicit routes kept: the network a schedule on ``topology`` can actually use."""
+    keep = topology.routed_links()
+    g = nx.DiGraph()
+    g.add_nodes_from(topology.graph.nodes)
+    for i in sorted(keep):
+        u, v = topology.links[i]
+        g.add_edge(u, v, **topology.graph.edges[u, v])
+    return Topology(g, topology.name, topology.routes)
+
+
+def _bound(kind: Kind, topology: Topology, size: float, root: int | None) -> Bound:
+    n = topology.ranks
+    m = _frac(size)
     pairs = _all_pairs(n)
     ref: float | None = None
     traffic: Fraction | None = None

@@ -7,7 +7,9 @@
 ``bound`` prints the lower bound of ``sim.bounds`` and the vertex set whose
 out-links attain it; ``--json`` prints ``{"ok", "bound_s", "bandwidth_s",
 "latency_s", "cut"}`` (and, for allreduce, ``traffic_s``, the traffic term,
-and ``reference_s``, the reducescatter-plus-allgather reference). ``synthesize`` packs a schedule onto the topology
+and ``reference_s``, the reducescatter-plus-allgather reference; where links
+carry no route, ``idle_links`` and ``any_routing_s``, the bound with every
+link usable). ``synthesize`` packs a schedule onto the topology
 (``sim.synth``), verifies it, writes it (JSON, or MSCCL-IR for a .xml name),
 simulates it at ``--size`` (default 1GiB) and prints its transfers, steps,
 synthesis wall time, the bound and the simulated time. ``--routing widest``
@@ -93,6 +95,9 @@ def _cmd_bound(args: argparse.Namespace) -> int:
               "enter (and leave) the ranks over their own links (one-way gossip)")
     print(f"  latency    {_human_time(b.latency_s)}")
     print(f"  cut        {_cut_text(b.cut)}; its out-links are the bandwidth term's bottleneck")
+    if b.any_routing is not None:
+        print(f"  routes     {b.idle_links} of {len(topo.links)} links carry no route and are left out; with every "
+              f"link usable (other routes, e.g. --routing neighbour) the bound is {_human_time(b.any_routing.bound_s)}")
     if b.reference_s is not None:
         print(f"  reference  {_human_time(b.reference_s)} (reducescatter + allgather bounds: what a two-phase "
               "schedule can reach)")

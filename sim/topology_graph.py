@@ -73,6 +73,7 @@ class Topology:
     _pred: list[list[tuple[int, int, float]]] = field(init=False, repr=False)
     _cache: dict[tuple[int, int], tuple[tuple[int, ...], float]] = field(init=False, repr=False)
     _cheapest: dict[tuple[str, Node], int] = field(init=False, repr=False)
+    _routed: list[frozenset[int]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         g = self.graph
@@ -104,6 +105,7 @@ class Topology:
         object.__setattr__(self, "_link_id", {e: i for i, e in enumerate(links)})
         object.__setattr__(self, "_cache", {})
         object.__setattr__(self, "_cheapest", {})
+        object.__setattr__(self, "_routed", [])
         for key in self.routes:
             if not (isinstance(key, tuple) and len(key) == 2):
                 raise TopologyError(f"route key {key!r}: expected a (src rank, dst rank) pair")
@@ -175,6 +177,50 @@ class Topology:
             for src in srcs:
                 out[(src, dst)] = self._remember(src, dst, self._walk(src, dst, tree))
         return out
+
+    def routed_links(self) -> frozenset[int]:
+        """Ids of the links that carry the route of at least one ordered pair of ranks (cached).
+
+        Every byte a schedule moves travels on routes, so a link outside this set carries
+        nothing (``sim.bounds`` leaves it out). The same choices as ``route``: an explicit route,
+        else the direct link when it is the shortest, else the walk down the destination's tree,
+        remembering (node, remaining digits) so that each walk state is followed once.
+        """
+        if self._routed:
+            return self._routed[0]
+        p = self.ranks
+        used: set[int] = set()
+        link = self._link_id
+        nodes = self._nodes
+        for path in self.routes.values():
+            used.update(link[(path[i], path[i + 1])] for i in range(len(path) - 1))
+        for dst in range(p):
+            tree: tuple[list[int], list[int], list[float], list[list[int]]] | None = None
+            seen: set[tuple[int, int]] = set()
+            for src in range(p):
+                if src == dst or (src, dst) in self.routes:
+                    continue
+                if self._direct(src, dst) is not None:
+                    used.add(link[(src, dst)])
+                    continue
+                if tree is None:
+                    tree = self._tree(dst)
+                hops, best = tree[1], tree[3]
+                if hops[src] < 0:
+                    raise TopologyError(f"rank {src} cannot reach rank {dst}")
+                u, digits = src, dst
+                while u != dst and (u, digits) not in seen:
+                    seen.add((u, digits))
+                    nexts = best[u]
+                    if len(nexts) > 1:
+                        digits, pick = divmod(digits, len(nexts))
+                        v = nexts[pick]
+                    else:
+                        v = nexts[0]
+                    used.add(link[(nodes[u], nodes[v])])
+                    u = v
+        self._routed.append(frozenset(used))
+        return self._routed[0]
 
     def _remember(self, src: int, dst: int, path: tuple[Node, ...]) -> tuple[tuple[int, ...], float]:
         ids = tuple(self._link_id[(path[i], path[i + 1])] for i in range(len(path) - 1))
