@@ -15,7 +15,7 @@ from algorithms import registry
 from algorithms.ir import Kind
 from sim.bounds import BOUND_KINDS, BoundError, bound, cut_ratio
 from sim.engine import simulate
-from sim.synth import synthesize
+from sim.synth import ROUTINGS, routed, synthesize
 from sim.topology import Node, Topology, cluster, fat_tree, fully_connected, ring, single_switch, torus
 from sim.topology_strategies import topologies
 
@@ -198,6 +198,18 @@ def test_links_on_no_route_are_left_out() -> None:
     assert ag.bound_s <= r.time <= 1.01 * ag.bound_s
     for algo in registry.algorithms(Kind.ALLGATHER):
         assert simulate(algo.build(3), t, M).time >= ag.bound_s
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_routed_links_are_the_links_of_every_route(data: st.DataObject) -> None:
+    # Topology.routed_links walks each destination's tree once per state; here every pair's route,
+    # one by one, with the synthesizer's explicit routes too.
+    p = data.draw(st.integers(2, 7), label="ranks")
+    t = data.draw(topologies(p), label="topology")
+    t = routed(t, data.draw(st.sampled_from(ROUTINGS), label="routing"))
+    want = {t.link_id(u, v) for a in range(p) for b in range(p) for u, v in itertools.pairwise(t.route(a, b))}
+    assert t.routed_links() == want
 
 
 def test_latency_dominates_small_messages() -> None:
