@@ -211,12 +211,7 @@ class Topology:
                 u, digits = src, dst
                 while u != dst and (u, digits) not in seen:
                     seen.add((u, digits))
-                    nexts = best[u]
-                    if len(nexts) > 1:
-                        digits, pick = divmod(digits, len(nexts))
-                        v = nexts[pick]
-                    else:
-                        v = nexts[0]
+                    v, digits = _next_hop(best[u], digits)
                     used.add(link[(nodes[u], nodes[v])])
                     u = v
         self._routed.append(frozenset(used))
@@ -309,12 +304,7 @@ class Topology:
         u = src
         digits = dst  # consumed in mixed radix, so that successive choices are independent
         while u != dst:
-            nexts = best[u]
-            if len(nexts) > 1:
-                digits, pick = divmod(digits, len(nexts))
-                u = nexts[pick]
-            else:
-                u = nexts[0]
+            u, digits = _next_hop(best[u], digits)
             path.append(nodes[u])
         return tuple(path)
 
@@ -397,6 +387,15 @@ class Topology:
 
 
 _NO_PATH = 1 << 62
+
+
+def _next_hop(nexts: list[int], digits: int) -> tuple[int, int]:
+    """The next hop among a node's equal best ``nexts`` for the remaining ``digits`` of the destination
+    (``Topology._walk``), and the digits left after the choice."""
+    if len(nexts) > 1:
+        digits, pick = divmod(digits, len(nexts))
+        return nexts[pick], digits
+    return nexts[0], digits
 
 
 def _fs(seconds: float) -> int:
