@@ -62,7 +62,7 @@ import numpy as np
 
 from algorithms import registry
 from algorithms.errors import CollschedError
-from algorithms.ir import Buf, Kind, Schedule
+from algorithms.ir import BUFS, Buf, Kind, Schedule
 from sim import units
 
 __all__ = ["CalibrationError", "Fit", "add_parser", "algorithms_for", "fit_alpha_beta", "fit_host_cap", "fit_knee",
@@ -421,10 +421,11 @@ def copy_seconds(schedule: Schedule, size: float, copy: Fit | dict[str, Any] | N
     p = coll.ranks
     piece = size if units.sized_buffer(coll.kind) == "buffer" else size / p
     chunk = piece / coll.chunks
-    writers = {t.dst for _, _, t in schedule.transfers() if t.dst_buf is Buf.INPUT}
-    if not writers:
+    cols = schedule.columns()
+    writers = np.unique(cols.dst[cols.dst_buf == BUFS.index(Buf.INPUT)])
+    if not writers.size:
         return 0.0
-    nbytes = max(coll.input_chunks(r) for r in writers) * chunk
+    nbytes = max(coll.input_chunks(int(r)) for r in writers) * chunk
     bw = copy.get("bandwidth_Bps")
     return float(copy.get("alpha_s") or 0.0) + (nbytes / float(bw) if bw else 0.0)
 
@@ -442,8 +443,9 @@ def fit_runner(cases: list[dict[str, Any]], topology: Any, reduce_bw: float | No
     measured = np.array([c["time_s"] for c in cases])
     w = 1.0 / measured
     grid = [0.0, *np.geomspace(1e-6, 1e-3, 40)]
+    copies = np.array([copy_seconds(s, c["size"], copy) for s, c in zip(scheds, cases, strict=True)])
     sims = np.array([[simulate(s, topology, c["size"], reduce_bandwidth=reduce_bw, message_cpu=cpu).time
-                      + copy_seconds(s, c["size"], copy) for s, c in zip(scheds, cases, strict=True)] for cpu in grid])
+                      for s, c in zip(scheds, cases, strict=True)] for cpu in grid]) + copies
     keep = np.ones(len(cases), dtype=bool)
 
     def best(keep: np.ndarray) -> tuple[float, int, float]:
@@ -507,6 +509,7 @@ def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: fl
     reducing = {Kind.ALLREDUCE, Kind.REDUCESCATTER, Kind.REDUCE}
     scheds = [registry.build(c["collective"], c["algorithm"], p, chunks=c["chunks"]) for c in cases]
     measured = np.array([float(c["time_s"]) for c in cases])
+    copies = [copy_seconds(s, c["size"], copy) for s, c in zip(scheds, cases, strict=True)]
     move = [i for i, s in enumerate(scheds) if s.collective.kind not in reducing]
     red = [i for i, s in enumerate(scheds) if s.collective.kind in reducing]
 
@@ -514,8 +517,7 @@ def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: fl
         topo = host(p, bandwidth=bw, latency=alpha, host_bandwidth=cap if math.isfinite(cap) else None)
         gamma = gamma if gamma is not None and math.isfinite(gamma) else None  # inf: reductions are free
         return np.array([simulate(scheds[i], topo, cases[i]["size"], reduce_bandwidth=gamma, launch=launch,
-                                  message_cpu=message_cpu).time + copy_seconds(scheds[i], cases[i]["size"], copy)
-                         for i in idx])
+                                  message_cpu=message_cpu).time + copies[i] for i in idx])
 
     def err(t: np.ndarray, idx: list[int]) -> float:
         return float(np.sum(((t - measured[idx]) / measured[idx]) ** 2))
