@@ -147,16 +147,11 @@ class Bound:
         term does not depend on it (so a sweep computes the cuts once)."""
         if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
             raise BoundError(f"size must be a finite number of bytes >= 0, got {size!r}")
-        def scale(x: Fraction | None) -> Fraction | None:
-            if x is None:
-                return None
-            return x * Fraction(size) / Fraction(self.size) if self.size else Fraction(0)
-
-        bw = scale(self.bandwidth)
-        assert bw is not None
+        f = Fraction(size) / Fraction(self.size) if self.size else Fraction(0)
         ref = None if self.reference_s is None or not self.size else self.reference_s * size / self.size
+        traffic = None if self.traffic_term is None else self.traffic_term * f
         other = None if self.any_routing is None else self.any_routing.scaled(size)
-        return Bound(self.kind, size, bw, self.latency_s, self.cut, self.root, ref, scale(self.traffic_term),
+        return Bound(self.kind, size, self.bandwidth * f, self.latency_s, self.cut, self.root, ref, traffic,
                      self.idle_links, other)
 
     def efficiency(self, time_s: float) -> float:

@@ -90,8 +90,8 @@ def _cmd_bound(args: argparse.Namespace) -> int:
     terms = "two" if b.traffic_term is None else "three"
     print(f"  bound      {_human_time(b.bound_s)} (the largest of the {terms} terms below: the {b.bottleneck} term)")
     print(f"  bandwidth  {_human_time(b.bandwidth_s)} (exact: {b.bandwidth} s)")
-    if b.traffic_term is not None:
-        print(f"  traffic    {_human_time(float(b.traffic_term))} (exact: {b.traffic_term} s): 2(N-1)·M bytes must "
+    if b.traffic_s is not None:
+        print(f"  traffic    {_human_time(b.traffic_s)} (exact: {b.traffic_term} s): 2(N-1)·M bytes must "
               "enter (and leave) the ranks over their own links (one-way gossip)")
     print(f"  latency    {_human_time(b.latency_s)}")
     print(f"  cut        {_cut_text(b.cut)}; its out-links are the bandwidth term's bottleneck")
