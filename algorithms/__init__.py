@@ -4,20 +4,10 @@ Importing the package registers every algorithm; ``registry.algorithms()``
 lists them. This package never imports torch.
 """
 
-from algorithms import (  # noqa: F401  (registration)
-    allgather,
-    allreduce,
-    alltoall,
-    barrier,
-    broadcast,
-    gather,
-    reduce,
-    reducescatter,
-    scatter,
-)
+from algorithms import library  # noqa: F401  (registration: importing the library registers every algorithm)
 from algorithms.builder import ScheduleBuilder
 from algorithms.errors import CollschedError, RegistryError, ScheduleError
-from algorithms.fileformat import load, loads, save
+from algorithms.formats import load, loads, save
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
 from algorithms.registry import Algorithm, Cost, Parameter, algorithms, build, get, register
 

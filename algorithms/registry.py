@@ -36,9 +36,6 @@ __all__ = ["Algorithm", "Cost", "Parameter", "register", "get", "algorithms", "b
 
 ENTRY_POINT_GROUP = "collsched.algorithms"
 ENV_IMPORT = "COLLSCHED_IMPORT"
-ON_DEMAND: dict[str, str] = {"synth": "algorithms.synth"}
-"""Algorithms ``get`` imports the first time they are named (they register with ``listed=False``)."""
-
 Builder = Callable[..., Schedule]
 
 
@@ -259,8 +256,6 @@ def get(kind: Kind | str, name: str) -> Algorithm:
     """The registered algorithm, or a RegistryError listing the ones that exist for that kind."""
     load_plugins()
     k = _kind(kind)
-    if (k, name) not in _REGISTRY and name in ON_DEMAND:
-        import_modules([ON_DEMAND[name]], where=f"algorithm {name!r}")
     try:
         return _REGISTRY[(k, name)]
     except KeyError:

@@ -6,10 +6,10 @@
 
 Prints, per topology (ring:8, torus:4x4, fattree:4, cluster:2x8, dgx-h100:2
 and a random heterogeneous one, ``random:SEED``; any of them with
-``+widest`` or ``+neighbour`` for explicit routes, ``sim.synth.routed``,
+``+widest`` or ``+neighbour`` for explicit routes, ``sim.bounds.packing.routed``,
 which the library is then simulated on too), per kind and per size: the
-bound (``sim.bounds``), the best library algorithm and its simulated time,
-the synthesized schedule's time (``sim.synth``; the better of chunks=1 and
+bound (``sim.bounds.cuts``), the best library algorithm and its simulated time,
+the synthesized schedule's time (``sim.bounds.packing``; the better of chunks=1 and
 the default chunk count, which is named), each one's efficiency
 (bound / time; for allreduce also time against the reducescatter-plus-
 allgather reference, which equals the allreduce bound's traffic term where
@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms import registry
 from algorithms.ir import ROOTED_KINDS, Kind
-from sim.bounds import bound
-from sim.engine import simulate
-from sim.synth import SYNTH_KINDS, default_chunks, routed, synthesize
+from sim.bounds.cuts import bound
+from sim.bounds.packing import SYNTH_KINDS, default_chunks, routed, synthesize
+from sim.engine.reference import simulate
 from sim.topology import Topology, from_spec
 from sim.units import parse_size
 

@@ -12,7 +12,7 @@ Prints three tables:
    thread blocks run their steps in order and wait where ``depid`` says, which can only add
    waits to the schedule's own dataflow (``load_msccl``'s thread-block order, fed to the
    simulator's dataflow readiness in place of the schedule's own dependencies plus it).
-   "staged" rows export with ``staged=True`` (``algorithms.msccl.stage_reductions``).
+   "staged" rows export with ``staged=True`` (``algorithms.formats.msccl.stage_reductions``).
 
 The corpus is read from ``../shared/foreign/msccl`` beside the repository unless --corpus names it.
 """
@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import sim.dataflow
+import sim.verify.dataflow
 from algorithms import build
+from algorithms.formats.msccl import dumps_msccl, parse_msccl, to_schedule
 from algorithms.ir import Schedule
-from algorithms.msccl import dumps_msccl, parse_msccl, to_schedule
-from sim.engine import simulate
+from sim.engine.reference import simulate
 from sim.topology import Topology, fully_connected
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,18 +51,18 @@ def best(fn: object, repeat: int) -> tuple[float, float]:
 @contextmanager
 def with_extra_order(order: list[tuple[int, ...]]) -> Iterator[None]:
     """Make the simulator's dataflow mode also wait for ``order`` (per transfer, transfers to finish first)."""
-    original = sim.dataflow.dataflow_graph
+    original = sim.verify.dataflow.dataflow_graph
 
-    def graph(schedule: Schedule) -> sim.dataflow.DataflowGraph:
+    def graph(schedule: Schedule) -> sim.verify.dataflow.DataflowGraph:
         g = original(schedule)
         deps = tuple(tuple(sorted(set(d) | set(o))) for d, o in zip(g.deps, order, strict=True))
-        return sim.dataflow.DataflowGraph(g.steps, g.transfers, deps, g.write_after)
+        return sim.verify.dataflow.DataflowGraph(g.steps, g.transfers, deps, g.write_after)
 
-    sim.dataflow.dataflow_graph = graph  # type: ignore[assignment]
+    sim.verify.dataflow.dataflow_graph = graph  # type: ignore[assignment]
     try:
         yield
     finally:
-        sim.dataflow.dataflow_graph = original  # type: ignore[assignment]
+        sim.verify.dataflow.dataflow_graph = original  # type: ignore[assignment]
 
 
 def speed(corpus: Path, repeat: int) -> None:
@@ -70,7 +70,7 @@ def speed(corpus: Path, repeat: int) -> None:
     print("|---|---|---|---|")
     largest = corpus / LARGEST
     if largest.is_file():
-        from algorithms.msccl import load_msccl
+        from algorithms.formats.msccl import load_msccl
 
         s = load_msccl(largest)
         wall, cpu = best(lambda: load_msccl(largest), repeat)

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms import build
-from sim.verify import verify
+from sim.verify.verifier import verify
 
 
 def main() -> None:

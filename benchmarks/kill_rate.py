@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms import registry
 from algorithms.ir import ROOTED_KINDS
-from sim.mutate import kill_rate
+from sim.verify.mutation import kill_rate
 
 
 def main() -> None:

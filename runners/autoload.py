@@ -2,7 +2,7 @@
 
 Two ways in, both ending here:
 
-- ``import runners.backend`` calls ``register()``;
+- ``import runners.backend`` registers its own creator (``runners.registration``);
 - with collsched installed, torch calls ``register()`` itself at ``import torch``:
   pyproject.toml declares it in the ``torch.backends`` entry-point group,
   which torch loads unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``. So a training
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BACKEND_NAME", "register"]
+from runners.registration import BACKEND_NAME, register_creator
 
-BACKEND_NAME = "collsched"
+__all__ = ["BACKEND_NAME", "register"]
 
 
 def _create(opts: Any, backend_options: Any = None) -> Any:
@@ -29,9 +29,5 @@ def _create(opts: Any, backend_options: Any = None) -> Any:
 
 
 def register() -> None:
-    """Register ``collsched`` for CPU and CUDA tensors (extended creator API); a no-op when already done."""
-    import torch.distributed as dist
-
-    if not dist.is_available() or BACKEND_NAME.upper() in dist.Backend._plugins:
-        return
-    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+    """Register ``collsched`` with a creator that imports ``runners.backend`` when the first group is made."""
+    register_creator(_create)

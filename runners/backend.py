@@ -75,10 +75,10 @@ from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Kind
 from runners import direct
-from runners.autoload import BACKEND_NAME, register
 from runners.errors import RunTimeout
 from runners.inner_groups import forget_inner_group, inner_group
 from runners.policy import P2P, Choice, Policy, schedule
+from runners.registration import BACKEND_NAME, register_creator
 from runners.runner import run
 from runners.work import CollschedWork, IssueQueue, Job, JobState
 
@@ -964,6 +964,11 @@ def _shutdown_live_groups() -> None:
     """Release groups the program did not destroy: a gloo group alive at interpreter exit can abort it."""
     for pg in list(_LIVE):
         pg.shutdown()
+
+
+def register() -> None:
+    """Register the ``collsched`` backend with this module's ``create`` (a no-op when already registered)."""
+    register_creator(create)
 
 
 register()

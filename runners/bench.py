@@ -60,7 +60,7 @@ def parse_sizes(text: str) -> list[int]:
     return [int(s) for s in units.parse_sizes(text)]
 
 
-bus_factor = units.bus_factor
+bus_factor = units.busbw_factor
 
 
 # ---------------------------------------------------------------- the measured side (torch imported lazily)
@@ -317,7 +317,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
-    from sim.cli import add_common_args, add_schedule_args
+    from sim.cli.common import add_common_args, add_schedule_args
 
     add_schedule_args(parser, ranks=False)
     parser.add_argument("--sizes", "-s", default="1KiB:64MiB", help="MIN:MAX[:FACTOR] or a list A,B,C "
@@ -343,8 +343,8 @@ def _check_counts(args: argparse.Namespace) -> None:
 
 def _checked_schedule(args: argparse.Namespace, ranks: int) -> tuple[Schedule, Any]:
     """The schedule the options name for ``ranks`` ranks, and the verifier's report on it."""
-    from sim.cli import schedule_from_args
-    from sim.verify import verify
+    from sim.cli.common import schedule_from_args
+    from sim.verify.verifier import verify
 
     registry.import_modules(args.imports)
     schedule = schedule_from_args(args, ranks=ranks)

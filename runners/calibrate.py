@@ -29,7 +29,7 @@ runners.calibrate --out F``) and measures what the model needs
    before its first transfer, which the engine does not see; predictions
    add it (``copy_seconds``).
 
-It writes a machine file (``sim.machine``): the ``host`` topology (per-rank
+It writes a machine file (``sim.machine.model``): the ``host`` topology (per-rank
 send/receive links at B, α on the host link, the host cap), the engine
 parameters, and the measurements and fits under ``model``.
 
@@ -432,11 +432,11 @@ def copy_seconds(schedule: Schedule, size: float, copy: Fit | dict[str, Any] | N
 
 def fit_runner(cases: list[dict[str, Any]], topology: Any, reduce_bw: float | None, p: int,
                copy: Fit | None = None) -> Fit:
-    """The runner's costs: ``launch`` per call and ``message_cpu`` per message (sim.engine), fitted to the
+    """The runner's costs: ``launch`` per call and ``message_cpu`` per message (sim.engine.reference), fitted to the
     measured runs of small schedules with the simulator as the model: for each ``message_cpu`` on a grid,
     the best ``launch`` is the weighted mean of what remains; the pair with the least squared relative
     residual wins, after dropping outliers as ``fit_robust`` does."""
-    from sim.engine import simulate
+    from sim.engine.reference import simulate
 
     scheds = [registry.build(c["collective"], c["algorithm"], p, root=0 if c["collective"] == "broadcast" else None,
                              chunks=c["chunks"]) for c in cases]
@@ -503,8 +503,8 @@ def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: fl
     simulator as the model and the other figures held: H by a search for the least squared relative error
     of the cases without reductions, then γ over the reducing ones with that H. Falls back to ``host_bw`` or
     ``reduce_bw`` when no case of that sort was measured."""
-    from sim.engine import simulate
-    from sim.machine import host
+    from sim.engine.reference import simulate
+    from sim.machine.model import host
 
     reducing = {Kind.ALLREDUCE, Kind.REDUCESCATTER, Kind.REDUCE}
     scheds = [registry.build(c["collective"], c["algorithm"], p, chunks=c["chunks"]) for c in cases]
@@ -540,8 +540,8 @@ def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: fl
 
 
 def fit_machine(rec: dict[str, Any]) -> Any:
-    """The machine model (``sim.machine.Machine``) fitted to ``measure``'s record; fits under ``model``."""
-    from sim.machine import EngineParams, Machine, host
+    """The machine model (``sim.machine.model.Machine``) fitted to ``measure``'s record; fits under ``model``."""
+    from sim.machine.model import EngineParams, Machine, host
 
     p = int(rec["ranks"])
     sizes = [float(s) for s in rec["p2p_sizes"]]
@@ -653,7 +653,7 @@ def summary(machine: Any) -> str:
 def load_machine(path: str, ranks: int | None = None) -> Any:
     """The machine file at ``path``, for ``ranks`` ranks: a calibrated host (switches tx and rx) is rebuilt
     with the same figures for another world size; any other topology must have ``ranks`` ranks."""
-    from sim.machine import Machine, host, load
+    from sim.machine.model import Machine, host, load
     from sim.topology import TopologyError
 
     try:
@@ -841,7 +841,7 @@ def _spawn(fn: Callable[..., Any], nproc: int, *args: Any, timeout: float = 3600
 
 
 def _save(machine: Any, path: str) -> None:
-    from sim.machine import save
+    from sim.machine.model import save
 
     try:
         save(machine, path)
@@ -966,7 +966,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``collsched calibrate``, ``validate`` and ``tune``."""
-    from sim.cli import add_common_args
+    from sim.cli.common import add_common_args
 
     p = subparsers.add_parser("calibrate", help="measure this machine and fit a machine model (machine file)",
                               description=__doc__.splitlines()[0])

@@ -1,6 +1,6 @@
-"""The ``collsched`` entry point: the torch-free commands of ``sim.cli`` plus ``bench`` and ``demo``.
+"""The ``collsched`` entry point: the torch-free commands of ``sim.cli.main`` plus ``bench`` and ``demo``.
 
-    collsched list | verify | export | simulate | sweep   (sim.cli: no torch imported)
+    collsched list | verify | export | simulate | sweep   (sim.cli.main: no torch imported)
     collsched bench --nproc N --collective K --algorithm A [--sizes 1KiB:64MiB] [--json]
     collsched demo [--collective K --algorithm A --ranks P] [--json]
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from sim import cli
+from sim.cli import app as cli
 
 __all__ = ["TORCH_COMMANDS", "build_parser", "main"]
 

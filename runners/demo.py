@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from algorithms import fileformat, registry
+from algorithms import formats as fileformat
+from algorithms import registry
 from algorithms.errors import CollschedError, UsageError
 from algorithms.ir import ROOTED_KINDS, Schedule
 
@@ -70,13 +71,13 @@ def _run_schedule(args: argparse.Namespace, schedule: Schedule, run_size: int) -
 def _demo(args: argparse.Namespace, summary: dict[str, Any]) -> int:
     from runners.bench import table
     from runners.launch import SpawnError, spawn
-    from sim.cli import schedule_from_args
-    from sim.cost import predict, route_alpha_beta
-    from sim.engine import simulate
+    from sim.cli.common import schedule_from_args
+    from sim.engine.closed_form import predict, route_alpha_beta
+    from sim.engine.reference import simulate
+    from sim.engine.trace import plot_timeline, write_trace
     from sim.topology import from_spec
-    from sim.trace import plot_timeline, write_trace
     from sim.units import parse_size
-    from sim.verify import verify
+    from sim.verify.verifier import verify
 
     out = Path(args.out)
     try:
@@ -177,7 +178,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``collsched demo``."""
-    from sim.cli import add_common_args, add_schedule_args
+    from sim.cli.common import add_common_args, add_schedule_args
 
     p = subparsers.add_parser("demo", help="verify, export, simulate and run one schedule, end to end")
     add_schedule_args(p, file=False)

@@ -1,6 +1,6 @@
 """One rank's share of a schedule, compiled for execution: what it sends, receives and computes, and when.
 
-``rank_plan(schedule, rank)`` walks the dataflow graph (sim.dataflow) and keeps
+``rank_plan(schedule, rank)`` walks the dataflow graph (sim.verify.dataflow) and keeps
 the transfers that involve ``rank``. Every dependency of a transfer T involves
 T's source rank (a write to T's source slot) or T's destination rank (a write
 to, or a read of, T's destination slot), so each side of T can enforce its own
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from algorithms.ir import Buf, Kind, Op, Schedule, Transfer
-from sim.dataflow import dataflow_graph, invert
+from sim.verify.dataflow import dataflow_graph, invert
 
 __all__ = ["Item", "RankPlan", "Role", "fingerprint", "rank_plan", "step_race"]
 

@@ -48,7 +48,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from algorithms import fileformat, registry
+from algorithms import formats as fileformat
+from algorithms import registry
 from algorithms.errors import CollschedError, RegistryError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 

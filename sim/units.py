@@ -9,7 +9,7 @@ nccl-tests' size rules, shared by the simulator, ``collsched bench`` and the
 backend's policy: a collective's size is the bytes of its buffer for
 allreduce, broadcast and reduce, of its output for allgather and gather, and
 of its input for reducescatter, scatter and alltoall (``sized_buffer``);
-busbw = algbw x ``bus_factor``. This module imports no torch, numpy or simpy.
+busbw = algbw x ``busbw_factor``. This module imports no torch, numpy or simpy.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import re
 from algorithms.errors import UsageError
 from algorithms.ir import Kind
 
-__all__ = ["bus_factor", "count_per_rank", "parse_bandwidth", "parse_duration", "parse_size", "parse_sizes",
+__all__ = ["busbw_factor", "count_per_rank", "parse_bandwidth", "parse_duration", "parse_size", "parse_sizes",
            "sized_buffer"]
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
@@ -105,8 +105,12 @@ def count_per_rank(kind: Kind, size: int, p: int, element_size: int) -> int:
     return n if sized_buffer(kind) == "buffer" else n // p
 
 
-def bus_factor(kind: Kind, p: int) -> float:
-    """nccl-tests' bus-bandwidth factor (busbw = algbw x factor): the simulator's, so all report alike."""
-    from sim.engine import busbw_factor  # here, not at the top: the CLI builds its parser without numpy
+def busbw_factor(kind: Kind, p: int) -> float:
+    """nccl-tests' bus-bandwidth factor: allreduce 2(p-1)/p; allgather, reducescatter, alltoall,
+    scatter, gather (p-1)/p; broadcast, reduce (and barrier) 1."""
+    if kind is Kind.ALLREDUCE:
+        return 2 * (p - 1) / p
+    if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL, Kind.SCATTER, Kind.GATHER):
+        return (p - 1) / p
+    return 1.0
 
-    return busbw_factor(kind, p)

@@ -12,7 +12,13 @@ import multiprocessing.process
 import subprocess
 from typing import Any
 
+import matplotlib
 import pytest
+
+# matplotlib lists the system's fonts with `fc-list` the first time its font manager loads on a machine
+# (a fresh virtual environment, a new CI machine): do it here, before the guard below is in place.
+matplotlib.use("Agg")
+import matplotlib.font_manager
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ The registry holds the real algorithms; these cover kinds that may have none
 yet and patterns the runner must handle whatever the library holds: a
 pairwise exchange in one step (receive into staging, then apply), a local
 swap in one step (snapshot, then write), scratch buffers, multi-chunk
-transfers and local copies. Each one passes ``sim.verify.verify``.
+transfers and local copies. Each one passes ``sim.verify.verifier.verify``.
 """
 
 from __future__ import annotations

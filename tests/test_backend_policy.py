@@ -24,7 +24,7 @@ from runners.policy import (
     parse_algorithms,
     schedule,
 )
-from sim.verify import verify
+from sim.verify.verifier import verify
 
 
 def _registered(kind: Kind) -> set[str]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from algorithms import build, fileformat
+from algorithms import build
+from algorithms import formats as fileformat
 from algorithms.errors import CollschedError
 from algorithms.ir import Kind
 from runners import launch

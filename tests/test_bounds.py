@@ -1,4 +1,4 @@
-"""sim.bounds: hand-written answers on known families, brute force over every vertex set on small
+"""sim.bounds.cuts: hand-written answers on known families, brute force over every vertex set on small
 topologies, and no library schedule ever simulating faster than the bound."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from algorithms import registry
 from algorithms.ir import Kind
-from sim.bounds import BOUND_KINDS, BoundError, bound, cut_ratio
-from sim.engine import simulate
-from sim.synth import ROUTINGS, routed, synthesize
+from sim.bounds.cuts import BOUND_KINDS, BoundError, bound, cut_ratio
+from sim.bounds.packing import ROUTINGS, routed, synthesize
+from sim.engine.reference import simulate
 from sim.topology import Node, Topology, cluster, fat_tree, fully_connected, ring, single_switch, torus
-from sim.topology_strategies import topologies
+from sim.topology.strategies import topologies
 
 B = 50e9
 LAT = 1e-6

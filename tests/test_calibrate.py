@@ -18,7 +18,7 @@ from algorithms import registry
 from algorithms.ir import Kind
 from runners import calibrate as C
 from runners.policy import Choice, Policy
-from sim import machine as M
+from sim.machine import model as M
 
 KIB, MIB = 1024, 1 << 20
 SIZES = [8, KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB]
@@ -89,7 +89,7 @@ def _record(p: int, alpha: float, bw: float, cap: float, gamma: float, launch: f
     for kind, name, chunks in C.RUNNER_CASES:
         s = registry.build(kind, name, p, root=0 if kind == "broadcast" else None, chunks=chunks)
         for size in C.RUNNER_SIZES:
-            from sim.engine import simulate
+            from sim.engine.reference import simulate
 
             t = simulate(s, topo, size, reduce_bandwidth=gamma, launch=launch, message_cpu=cpu).time
             rec["runner"].append({"collective": kind, "algorithm": name, "chunks": chunks, "size": size,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from algorithms import build, fileformat
+from algorithms import build
+from algorithms import formats as fileformat
 from runners.cli import build_parser, main
 
 COMMANDS = ("list", "verify", "export", "convert", "simulate", "sweep", "bound", "synthesize",

@@ -9,7 +9,7 @@ import pytest
 from algorithms import registry
 from algorithms.errors import RegistryError
 from sim import topology as T
-from sim.cost import compare, predict, predict_all, relative_error, route_alpha_beta
+from sim.engine.closed_form import compare, predict, predict_all, relative_error, route_alpha_beta
 
 
 def test_predict_ring_allreduce_by_hand() -> None:

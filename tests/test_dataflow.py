@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 
 from algorithms import Buf, Collective, Kind, Op, Schedule, Step, Transfer, build
-from sim import strategies as cst
-from sim.dataflow import dataflow_graph, differences, execute_in_order
+from sim.verify import strategies as cst
+from sim.verify.dataflow import dataflow_graph, differences, execute_in_order
 
 
 def test_ring_allreduce_p3_dependencies_by_hand() -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from algorithms import build, fileformat, registry
+from algorithms import build, registry
+from algorithms import formats as fileformat
 from runners.cli import main
 from runners.policy import Policy
 

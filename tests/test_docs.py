@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from algorithms import fileformat
+from algorithms import formats as fileformat
 from algorithms.ir import Kind
 from sim import topology
-from sim.engine import simulate
-from sim.verify import verify
+from sim.engine.reference import simulate
+from sim.verify.verifier import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("README.md", "pyproject.toml", "docs", "algorithms", "sim", "runners", "tests", "benchmarks")

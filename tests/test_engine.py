@@ -16,10 +16,10 @@ from algorithms.builder import ScheduleBuilder
 from algorithms.errors import RegistryError
 from algorithms.ir import Buf, Collective, Kind, Schedule, Step, Transfer
 from sim import topology as T
-from sim.cost import predict, relative_error
-from sim.dataflow import dataflow_graph
-from sim.engine import Faults, SimulationError, busbw_factor, chunk_bytes, simulate
+from sim.engine.closed_form import predict, relative_error
+from sim.engine.reference import Faults, SimulationError, busbw_factor, chunk_bytes, simulate
 from sim.topology import Topology, TopologyError
+from sim.verify.dataflow import dataflow_graph
 
 REL = 1e-9
 MODES = ("lockstep", "dataflow")

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from algorithms import registry
 from algorithms.ir import Schedule
-from sim import strategies as cst
-from sim.dataflow import dataflow_graph
-from sim.engine import Faults, simulate
-from sim.topology_strategies import topologies
+from sim.engine.reference import Faults, simulate
+from sim.topology.strategies import topologies
+from sim.verify import strategies as cst
+from sim.verify.dataflow import dataflow_graph
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,6 +1,6 @@
 """The engine against an independent reference: a plain fluid simulation stepped event to event.
 
-The reference below shares nothing with ``sim.engine`` but the model: it
+The reference below shares nothing with ``sim.engine.reference`` but the model: it
 keeps every transfer's phase in a list, recomputes every rate from scratch
 at every instant (max-min fair shares by textbook water-filling: raise every
 unfrozen flow's rate by the same amount until a link is full, freeze the
@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from algorithms.ir import Op, Schedule
-from sim import strategies as cst
-from sim.dataflow import dataflow_graph
-from sim.engine import Faults, chunk_bytes, simulate
+from sim.engine.reference import Faults, chunk_bytes, simulate
 from sim.topology import Topology
-from sim.topology_strategies import topologies
+from sim.topology.strategies import topologies
+from sim.verify import strategies as cst
+from sim.verify.dataflow import dataflow_graph
 
 WAITING, PRE, FLOW, POST, REDUCE, ARRIVED, DONE = range(7)
 

@@ -3,7 +3,7 @@
 The reference raises every unfrozen flow's rate by the same exact step
 (``fractions.Fraction``) until some link has no capacity left, freezes the
 flows on saturated links, and repeats: the textbook definition, sharing no code
-with ``sim.fairshare`` (which freezes link by link from a heap, in floats). A
+with ``sim.engine.fairshare`` (which freezes link by link from a heap, in floats). A
 second, structural check is the bottleneck characterisation: an allocation is
 max-min fair iff it is feasible and every flow crosses a saturated link on
 which no flow has a higher rate.
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.fairshare import FairShare, FairShareError, max_min_rates
+from sim.engine.fairshare import FairShare, FairShareError, max_min_rates
 
 REL = 1e-9
 

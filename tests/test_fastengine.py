@@ -1,7 +1,7 @@
-"""The vectorised engine (sim.fastengine): its dependency arrays against sim.dataflow, its times against simpy.
+"""The vectorised engine (sim.engine.fast): its dependency arrays against sim.verify.dataflow, its times against simpy.
 
-The reference for the dependencies is ``sim.dataflow.dataflow_graph`` (sets
-built slot by slot); for the times it is the simpy engine (``sim.engine``),
+The reference for the dependencies is ``sim.verify.dataflow.dataflow_graph`` (sets
+built slot by slot); for the times it is the simpy engine (``sim.engine.reference``),
 which shares the model but none of the bookkeeping.
 """
 
@@ -17,14 +17,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from algorithms.ir import Buf, Collective, Kind, Schedule, Step, Transfer
-from sim import strategies as cst
-from sim.dataflow import dataflow_graph
-from sim.engine import Faults, SimulationError, chunk_bytes, simulate
-from sim.fastengine import dataflow_arrays, run_fast
-from sim.mutate import mutate
+from sim.engine.fast import dataflow_arrays, run_fast
+from sim.engine.reference import Faults, SimulationError, chunk_bytes, simulate
 from sim.topology import TopologyError
-from sim.topology_strategies import topologies
-from sim.verify import RACE, WRONG_SLOT, verify
+from sim.topology.strategies import topologies
+from sim.verify import strategies as cst
+from sim.verify.dataflow import dataflow_graph
+from sim.verify.mutation import mutate
+from sim.verify.verifier import RACE, WRONG_SLOT, verify
 
 SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

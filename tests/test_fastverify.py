@@ -1,6 +1,6 @@
-"""The compact lockstep execution (sim.fastverify) against the verifier, and its pieces against brute force.
+"""The compact lockstep execution (sim.verify.fast) against the verifier, and its pieces against brute force.
 
-The reference for the verdict is ``sim.verify.verify`` (Python contents, one
+The reference for the verdict is ``sim.verify.verifier.verify`` (Python contents, one
 slot at a time); registered schedules and their mutants (drop, duplicate,
 redirect... a transfer) cover correct and broken ones, races included.
 """
@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from algorithms import registry
 from algorithms.ir import Schedule, Step
-from sim import strategies as cst
-from sim.fastverify import _interval, _mask, expected_columns, verdict
-from sim.mutate import mutate
-from sim.semantics import SlotLayout, expected_state
-from sim.verify import WRONG_SLOT, verify
+from sim.verify import strategies as cst
+from sim.verify.fast import _interval, _mask, expected_columns, verdict
+from sim.verify.mutation import mutate
+from sim.verify.semantics import SlotLayout, expected_state
+from sim.verify.verifier import WRONG_SLOT, verify
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -98,7 +98,7 @@ def test_one_rank_and_empty_schedules() -> None:
 
 def test_a_double_count_between_adjacent_intervals_is_caught_on_the_vectorised_path() -> None:
     from algorithms.ir import Collective, Kind, Op, Transfer
-    from sim.verify import DOUBLE_COUNT
+    from sim.verify.verifier import DOUBLE_COUNT
 
     # p = 3: rank 0 holds {0, 1} = [0, 2) and rank 2 holds {2, 0} = [2, 4 mod 3); the union of those would look
     # like a longer interval [0, 4), but they share rank 0's contribution.

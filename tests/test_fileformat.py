@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from algorithms import ScheduleError, build, fileformat
-from sim import strategies as cst
+from algorithms import ScheduleError, build
+from algorithms import formats as fileformat
+from sim.verify import strategies as cst
 
 GOOD = {
     "format": "collsched.schedule/1",
@@ -98,7 +99,9 @@ def test_bad_text_is_a_schedule_error(text: str | bytes, match: str) -> None:
 
 
 def test_oversized_files_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fileformat, "MAX_FILE_BYTES", 100)
+    from algorithms.formats import schedule
+
+    monkeypatch.setattr(schedule, "MAX_FILE_BYTES", 100)
     path = tmp_path / "big.json"
     path.write_text(json.dumps(GOOD))
     with pytest.raises(ScheduleError, match="over the limit of 100"):

@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from algorithms import registry
-from algorithms.allreduce import _dbt_parents, _tree_shape
 from algorithms.ir import ROOTED_KINDS, Buf, Op, Schedule
+from algorithms.library.allreduce import _dbt_parents, _tree_shape
 from runners.cli import main
-from sim import mutate as mutation
-from sim import strategies as cst
-from sim.dataflow import differences
-from sim.verify import verify
+from sim.verify import mutation
+from sim.verify import strategies as cst
+from sim.verify.dataflow import differences
+from sim.verify.verifier import verify
 
 ALGORITHMS = [(a.kind.value, a.name) for a in registry.algorithms()]
 KINDS_WITH_NEW_FAMILIES = {"reduce", "scatter", "gather", "alltoall"}

@@ -1,7 +1,7 @@
-"""MSCCL-IR interop (algorithms/msccl.py): import, export, the executability check, the file-format dispatch.
+"""MSCCL-IR interop (algorithms/formats/msccl.py): import, export, the executability check, the file-format dispatch.
 
 References, none of them the code under test: the collective's postcondition
-(sim.verify), the foreign corpus and what its SOURCES.md says of each file,
+(sim.verify.verifier), the foreign corpus and what its SOURCES.md says of each file,
 hand-written programs whose data effect is worked out in the comments, and the
 original schedule for round trips.
 """
@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from algorithms import Buf, Kind, ScheduleError, build, fileformat, registry
-from algorithms.msccl import (
+from algorithms import Buf, Kind, ScheduleError, build, registry
+from algorithms import formats as fileformat
+from algorithms.formats.msccl import (
     MAX_CNT,
     Program,
     check_msccl,
@@ -26,9 +27,9 @@ from algorithms.msccl import (
     parse_msccl,
     save_msccl,
 )
-from sim.engine import simulate
+from sim.engine.reference import simulate
 from sim.topology import fully_connected
-from sim.verify import WRONG_SLOT, execute, verify
+from sim.verify.verifier import WRONG_SLOT, execute, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared/foreign/msccl"
@@ -223,7 +224,7 @@ def test_ring_at_64_ranks_fits_the_executor_limits() -> None:
 
 @pytest.mark.parametrize(("kind", "name"), _library(MSCCL_KINDS))
 def test_staged_reductions_keep_the_result(kind: str, name: str) -> None:
-    from algorithms.msccl import stage_reductions
+    from algorithms.formats.msccl import stage_reductions
 
     alg = registry.get(kind, name)
     for p in (3, 4, 8):

@@ -8,8 +8,8 @@ import pytest
 
 from algorithms import build, registry
 from algorithms.ir import ROOTED_KINDS
-from sim import mutate as mutation
-from sim.verify import VerifyReport, verify
+from sim.verify import mutation
+from sim.verify.verifier import VerifyReport, verify
 
 ALGORITHMS = [(a.kind.value, a.name) for a in registry.algorithms()]
 

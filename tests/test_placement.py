@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from algorithms import allreduce
 from algorithms.errors import CollschedError
+from algorithms.library import allreduce
 from sim import topology as T
-from sim.engine import simulate
-from sim.placement import FORMAT, place, placement, snake_order, stretched_pairs
+from sim.engine.reference import simulate
 from sim.topology import Topology, TopologyError
-from sim.topology_strategies import placements, topologies
+from sim.topology.placement import FORMAT, place, placement, snake_order, stretched_pairs
+from sim.topology.strategies import placements, topologies
 
 
 def _hops(topo: Topology, a: int, b: int) -> int:
@@ -222,7 +222,7 @@ def test_one_hop_is_the_nearest_two_ranks_unless_told() -> None:
 
 def test_remote_pairs_from_columns_are_the_pairs_of_the_transfers() -> None:
     from algorithms import registry
-    from sim.placement import _remote_pairs
+    from sim.topology.placement import _remote_pairs
 
     for kind, name, p in (("allreduce", "ring", 6), ("alltoall", "pairwise", 5), ("broadcast", "binomial", 7),
                           ("allreduce", "recursive_doubling", 8)):

@@ -7,7 +7,7 @@ import pytest
 from algorithms import registry
 from algorithms.ir import Kind, Op, Schedule
 from runners.plan import Role, fingerprint, rank_plan
-from sim.dataflow import dataflow_graph
+from sim.verify.dataflow import dataflow_graph
 from tests.runner_schedules import extra_schedules
 
 

@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 
 from algorithms import Schedule, registry
 from algorithms.ir import ROOTED_KINDS
-from sim import strategies as cst
-from sim.verify import verify
+from sim.verify import strategies as cst
+from sim.verify.verifier import verify
 
 ALGORITHMS = [(a.kind.value, a.name) for a in registry.algorithms()]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from algorithms import fileformat, registry
+from algorithms import formats as fileformat
+from algorithms import registry
 from runners.cli import main
 from sim import topology as T
 from sim.units import parse_bandwidth, parse_duration, parse_size, parse_sizes

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from algorithms import Collective, CollschedError, Kind, Schedule, Step, Transfer, registry
 from algorithms.ir import ROOTED_KINDS
 from algorithms.registry import CHUNKS, Parameter
-from sim import strategies as cst
-from sim.dataflow import differences
+from sim.verify import strategies as cst
+from sim.verify.dataflow import differences
 
 
 @settings(max_examples=100, deadline=None)

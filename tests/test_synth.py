@@ -1,4 +1,4 @@
-"""sim.synth: synthesized schedules verify, simulate correctly, never beat the bound, and reach it
+"""sim.bounds.packing: synthesized schedules verify, simulate correctly, never beat the bound, and reach it
 where the measured numbers say they do."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from algorithms import registry
 from algorithms.ir import Kind
-from sim.bounds import bound
-from sim.engine import simulate
-from sim.synth import SYNTH_KINDS, SynthesisError, pack, synthesize
+from sim.bounds.cuts import bound
+from sim.bounds.packing import SYNTH_KINDS, SynthesisError, pack, synthesize
+from sim.engine.reference import simulate
 from sim.topology import Topology, cluster, fat_tree, from_spec, ring, single_switch, torus
-from sim.topology_strategies import topologies
-from sim.verify import verify
+from sim.topology.strategies import topologies
+from sim.verify.verifier import verify
 
 ROOTED = (Kind.BROADCAST, Kind.REDUCE)
 
@@ -197,7 +197,7 @@ def test_cli_bound_json_is_the_hand_answer() -> None:
 def test_cli_synthesize_writes_a_schedule_that_loads_and_verifies(tmp_path: pytest.TempPathFactory) -> None:
     import json
 
-    from algorithms import fileformat
+    from algorithms import formats as fileformat
 
     path = str(tmp_path / "ag.json")  # type: ignore[operator]
     code, out = _cli("synthesize", "-c", "allgather", "-t", "torus:2x3", "-k", "3", "-o", path, "-s", "64MiB",
@@ -241,7 +241,7 @@ def test_cli_simulate_and_sweep_print_efficiency() -> None:
 def test_widest_routes_are_widest_by_brute_force(data: st.DataObject) -> None:
     import networkx as nx
 
-    from sim.synth import widest_routes
+    from sim.bounds.packing import widest_routes
 
     p = data.draw(st.integers(2, 5), label="ranks")
     t = data.draw(topologies(p, max_switches=2), label="topology")
@@ -262,7 +262,7 @@ def test_widest_routes_are_widest_by_brute_force(data: st.DataObject) -> None:
 
 
 def test_widest_routes_keep_messages_inside_a_node_on_nvlink() -> None:
-    from sim.synth import widest_routes
+    from sim.bounds.packing import widest_routes
 
     # NVLink hops slower in latency than two NIC hops (1.7 us against 1 us: dgx-h100's figures
     # before its network hops got NCCL's 4.8 us): the least-latency route inside a node is the NICs.
@@ -282,7 +282,7 @@ def test_widest_routes_keep_messages_inside_a_node_on_nvlink() -> None:
 
 
 def test_family_automorphisms_are_automorphisms() -> None:
-    from sim.synth import _automorphisms
+    from sim.bounds.packing import _automorphisms
 
     for t in (cluster(3, 4), torus(3, 4), ring(6), from_spec("dgx-h100:2"), single_switch(5)):
         perms = _automorphisms(t, list(range(t.ranks)))
@@ -318,7 +318,7 @@ def test_star_packing_where_it_is_optimal() -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_neighbour_routes_keep_neighbours_on_their_links(data: st.DataObject) -> None:
-    from sim.synth import neighbour_routes, routed
+    from sim.bounds.packing import neighbour_routes, routed
 
     p = data.draw(st.integers(2, 6), label="ranks")
     t = data.draw(topologies(p, max_switches=2), label="topology")
@@ -343,7 +343,7 @@ def test_neighbour_routes_keep_neighbours_on_their_links(data: st.DataObject) ->
 def test_neighbour_routes_let_synthesis_use_every_link() -> None:
     import networkx as nx
 
-    from sim.synth import neighbour_routes
+    from sim.bounds.packing import neighbour_routes
 
     # A ring whose direct links are slow in latency: least-latency routes go the long way round
     # through a switch and never use the ring, whose bandwidth the cut bound counts.

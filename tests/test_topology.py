@@ -78,7 +78,7 @@ def test_cluster_routes_inside_nodes_over_nvlink_and_between_nodes_over_nics() -
 def test_dgx_h100_figures() -> None:
     topo = T.dgx_h100(2)
     assert topo.ranks == 16
-    # NCCL's effective figures on 450 GB/s NVLink and 50 GB/s NICs (sim.topology_builders, tests/test_machine.py)
+    # NCCL's effective figures on 450 GB/s NVLink and 50 GB/s NICs (sim.topology.builders, tests/test_machine.py)
     assert topo.bandwidth(3, "node0") == pytest.approx(0.815 * 450e9) and topo.bandwidth("node0", 3) < 450e9
     assert topo.bandwidth(3, "net") == pytest.approx(0.94 * 50e9) and topo.bandwidth("net", 3) < 50e9
     assert T.dgx_h100(1).links == T.cluster(1, 8).links  # one box: no network at all
@@ -359,7 +359,7 @@ def test_bad_graphml_files(tmp_path: object) -> None:
 
 
 def test_topology_strategy_rejects_bad_bounds() -> None:
-    from sim.topology_strategies import topologies
+    from sim.topology.strategies import topologies
 
     with pytest.raises(TopologyError, match="ranks must be an integer >= 1"):
         topologies(0)
@@ -380,7 +380,9 @@ _PUBLIC_BEFORE_THE_SPLIT = (
 
 
 def test_sim_topology_re_exports_every_name_of_its_parts() -> None:
-    from sim import topology_builders, topology_graph, topology_io
+    from sim.topology import builders as topology_builders
+    from sim.topology import files as topology_io
+    from sim.topology import graph as topology_graph
 
     assert sorted(T.__all__) == sorted(_PUBLIC_BEFORE_THE_SPLIT)
     for name in _PUBLIC_BEFORE_THE_SPLIT:

@@ -8,8 +8,8 @@ import pytest
 
 from algorithms import registry
 from sim import topology as T
-from sim.engine import simulate
-from sim.trace import chrome_trace
+from sim.engine.reference import simulate
+from sim.engine.trace import chrome_trace
 
 
 def test_link_tracks_add_up_to_link_busy_time() -> None:

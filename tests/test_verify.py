@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from algorithms import Buf, Collective, Kind, Op, Schedule, ScheduleBuilder, Step, Transfer, build
-from sim.verify import DOUBLE_COUNT, RACE, UNINITIALISED_READ, WRONG_SLOT, verify
+from sim.verify.verifier import DOUBLE_COUNT, RACE, UNINITIALISED_READ, WRONG_SLOT, verify
 
 
 def _kinds(schedule: Schedule) -> list[str]:
@@ -189,7 +189,7 @@ def test_a_slot_never_written_and_a_contribution_held_only_before_step_0() -> No
 
 
 def test_large_schedules_are_decided_on_compact_columns(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sim.verify as V
+    import sim.verify.verifier as V
 
     s = build("allreduce", "ring", 8)
     broken = Schedule(s.collective, s.name, s.steps[:-1])

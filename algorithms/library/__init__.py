@@ -1,0 +1,21 @@
+"""The algorithm library: one module per collective kind, each registering its algorithms.
+
+Importing this package registers every built-in algorithm with ``algorithms.registry``;
+``fold`` holds the power-of-two arithmetic the recursive algorithms share. Users reach the
+algorithms through the registry (``registry.get(kind, name)``), not through these modules.
+"""
+
+from algorithms.library import (
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    gather,
+    reduce,
+    reducescatter,
+    scatter,
+)
+
+__all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "reduce", "reducescatter",
+           "scatter"]

@@ -1,0 +1,32 @@
+"""How fast a collective can be on a topology, and schedules that get there.
+
+- ``cuts``: exact max-flow cut bounds, the all-reduce traffic term and the latency term per kind, with
+  the cut that attains them (``bound``);
+- ``packing``: synthesis by pipelined spanning-tree packing (``synthesize``), and explicit routes
+  (``routed``: widest, neighbour);
+- ``synth``: the synthesizer as the registered algorithm ``synth`` (``-a synth --param topology=SPEC``),
+  registered through the ``collsched.algorithms`` entry point.
+
+>>> from sim.topology import ring
+>>> b = bound("allgather", ring(4, bandwidth=1e9, latency=0.0), 4e6)
+>>> round(b.bound_s * 1e3, 3)  # (p-1)/p * N over two links of 1 GB/s
+1.5
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {"BOUND_KINDS": "cuts", "Bound": "cuts", "BoundError": "cuts", "bound": "cuts", "ROUTINGS": "packing",
+          "SYNTH_KINDS": "packing", "SynthesisError": "packing", "routed": "packing", "synthesize": "packing"}
+
+__all__ = ["BOUND_KINDS", "ROUTINGS", "SYNTH_KINDS", "Bound", "BoundError", "SynthesisError", "bound", "routed",
+           "synthesize"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazily: the registry imports ``sim.bounds.synth`` at its first lookup, which must not pull in networkx.
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"sim.bounds.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'sim.bounds' has no attribute {name!r}")

@@ -1,0 +1,676 @@
+"""Topology-aware synthesis: pipelined tree schedules packed onto a topology's links.
+
+``synthesize(kind, topology)`` returns an ordinary ``Schedule`` (it verifies,
+simulates, exports and runs like any library algorithm) for allgather,
+reducescatter, allreduce, broadcast and reduce.
+
+Method (docs/design.md, "Bounds and synthesis"). Every transfer is a
+GPU-to-GPU message along the route the simulator gives that pair
+(``Topology.route``: the explicit route table, else the shortest path), so a
+switch never stores or copies data: a tree edge u -> v through switches is
+the edge splitting of ForestColl (arXiv 2402.06787) done per routed pair, and
+its cost is the sum over the physical links of its route.
+
+1. Each root's data is cut into ``chunks`` chunks, and every chunk gets its
+   own spanning tree: an out-tree from the root (allgather, broadcast) or an
+   in-tree towards it (reducescatter, reduce). The trees are packed greedily
+   against the per-link load: a link's price is exp(κ·(L/Lmax - 1)) over its
+   bandwidth, where L is the seconds of data already placed on it, and the
+   tree is grown Prim-style from the root, each step attaching the rank that
+   is cheapest to reach from the tree. Chunks are placed round-robin over the
+   roots, then every chunk is ripped up and placed again (``passes``). The
+   packing's predicted time, max over links of L, is what the cut bound
+   (``sim.bounds.cuts``) bounds from below; the trees come from a multiplicative-
+   weights heuristic, not an exact arborescence packing. Two regular packings
+   replace it when they predict within ``REGULAR`` of it: the star (every root
+   sends to every rank directly) and the symmetric packing (the first root's
+   trees, chosen against the load of all their images, mapped to every root
+   by automorphisms of the topology's family), because the simulator's link
+   sharing rewards every root behaving alike (docs/design.md).
+2. Each chunk flows down (up) its tree, one transfer per tree edge, so the
+   chunks of one tree form a pipeline. In dataflow simulation transfers start
+   when their data is there, so a root (leaf) holding all its data would push
+   every chunk at once; its sends go through lanes instead, scratch slots of
+   their own (copy into the lane, send from it): the next copy into a lane
+   waits for the previous send to finish (write after read), which paces the
+   pipeline with ``LANES`` messages in flight per pair and root. Forwarding
+   ranks need no lanes: chunks reach them one after the other. Steps are
+   assigned by list scheduling, so the schedule is also correct in lockstep.
+3. allreduce is the reducescatter trees followed by the allgather trees over
+   the same pieces: chunk j is reduced to its root along an in-tree, then sent
+   out along an out-tree; in dataflow the two phases overlap chunk by chunk.
+
+Routes (``routed``): ``widest_routes`` and ``neighbour_routes`` give a topology
+explicit routes where the least-latency ones keep the bound out of reach; the
+schedule must then be simulated on the same routed topology.
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from algorithms.errors import CollschedError
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
+from sim.topology import Node, Topology
+
+__all__ = ["ROUTINGS", "SYNTH_KINDS", "SynthesisError", "Packing", "default_chunks", "neighbour_routes", "pack",
+           "routed", "synthesize", "widest_routes"]
+
+SYNTH_KINDS: tuple[Kind, ...] = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE)
+KAPPA = 30.0
+"""Sharpness of the link prices: a link at 90% of the busiest costs exp(-3) of it."""
+PASSES = 3
+"""Placements of every chunk: the first, then rip-up and re-place."""
+REGULAR = 0.06
+"""Use the star packing (every root sends to every rank directly) when its predicted time is within
+this fraction of the greedy packing's: the same load, but every chunk the same tree."""
+SYMMETRIC_MAX_RANKS = 256
+"""When every root has an automorphism of the topology taking the first root to it, the first root's
+trees mapped by those automorphisms are used instead if they predict no worse (within ``REGULAR``):
+every root then behaves alike, which the simulator's link sharing rewards (``_automorphisms``)."""
+LANES = 8
+"""Staged messages one rank pair may have in flight per root (allgather, reducescatter, allreduce):
+enough to hide a message's latency behind the next ones."""
+ROOTED_LANES = 2
+"""The same for broadcast and reduce, whose single root's chunks share every lane: more in flight
+there only splits the root's links further (ring:8 broadcast 95% of the bound with 2, 89% with 8)."""
+
+
+class SynthesisError(CollschedError, ValueError):
+    """A synthesis request that cannot be served; the message names the kind, root or chunks."""
+
+
+def default_chunks(kind: Kind | str, ranks: int) -> int:
+    """Chunks per root's piece when none are asked for: deep enough pipelines for large messages
+    on small worlds, about N²·chunks transfers kept near half a million on large ones."""
+    kind = Kind(kind)
+    if kind in (Kind.BROADCAST, Kind.REDUCE):
+        return 1024  # one root: cheap in transfers, and small chunks drain deep trees sooner
+    return max(8, min(128, 2048 // max(ranks, 1)))
+
+
+class _Routes:
+    """Every ordered rank pair's route as link ids, padded into one array for vectorised pricing."""
+
+    def __init__(self, topology: Topology) -> None:
+        n = topology.ranks
+        self.n = n
+        self.nl = len(topology.links)
+        pairs = [(u, v) for u in range(n) for v in range(n) if u != v]
+        routes = topology.route_links_many(pairs)
+        width = max((len(routes[p][0]) for p in pairs), default=1)
+        pad = np.full((n * n, max(width, 1)), self.nl, dtype=np.int64)  # index nl: a free dummy link
+        for (u, v), (links, _lat) in routes.items():
+            pad[u * n + v, :len(links)] = links
+        self.pad = pad
+        self.inv_bw = np.array([1.0 / b for b in topology.link_bandwidths()] + [0.0])
+
+    def prices(self, y: np.ndarray) -> np.ndarray:
+        """N x N matrix: the price of a message u -> v, the sum of y[l]/bandwidth[l] along its route."""
+        w = np.append(y, 0.0) * self.inv_bw
+        c = w[self.pad].sum(axis=1).reshape(self.n, self.n)
+        np.fill_diagonal(c, np.inf)
+        return c
+
+    def load(self, pairs: np.ndarray) -> np.ndarray:
+        """Seconds per byte each link carries when every pair (u·N + v) sends one byte."""
+        counts = np.bincount(self.pad[pairs].ravel(), minlength=self.nl + 1).astype(float)
+        return (counts * self.inv_bw)[:self.nl]
+
+
+def _grow(price: np.ndarray, root: int, inward: bool) -> np.ndarray:
+    """A spanning tree by Prim's rule: repeatedly attach the rank cheapest to reach from the tree
+    (``inward``: cheapest to send into the tree). Returns the parent of every rank (root: itself)."""
+    m = price.T if inward else price
+    n = m.shape[0]
+    best = m[root].copy()
+    parent = np.full(n, root, dtype=np.int64)
+    done = np.zeros(n, dtype=bool)
+    done[root] = True
+    best[root] = np.inf
+    for _ in range(n - 1):
+        v = int(np.argmin(best))
+        done[v] = True
+        best[v] = np.inf
+        row = m[v]
+        better = (row < best) & ~done
+        best[better] = row[better]
+        parent[better] = v
+    return parent
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Trees for every chunk of every root: ``trees[r][j]`` is the parent array of chunk j of root r.
+
+    ``time_per_byte`` is the predicted seconds per byte of one chunk: max over links of the load
+    (each chunk's bytes times the links its tree's messages cross, over the bandwidth).
+    """
+
+    roots: tuple[int, ...]
+    chunks: int
+    inward: bool
+    trees: dict[int, list[np.ndarray]]
+    time_per_byte: float
+
+
+def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool, passes: int = PASSES,
+         kappa: float = KAPPA) -> Packing:
+    """Greedy multiplicative-weights packing of one tree per chunk of every root (module docstring)."""
+    routes = _Routes(topology)
+    n = topology.ranks
+    load = np.zeros(routes.nl)
+    trees: dict[int, list[np.ndarray]] = {r: [] for r in roots}
+    loads: dict[bytes, np.ndarray] = {}
+    placed: dict[tuple[int, int], bytes] = {}
+
+    def tree_load(parent: np.ndarray, r: int) -> np.ndarray:
+        key = parent.tobytes()
+        hit = loads.get(key)
+        if hit is None:
+            kids = np.array([v for v in range(n) if v != r], dtype=np.int64)
+            par = parent[kids]
+            pairs = kids * n + par if inward else par * n + kids
+            hit = loads[key] = routes.load(pairs)
+        return hit
+
+    star = {r: np.full(n, r, dtype=np.int64) for r in roots}
+    direct = sum((tree_load(star[r], r) for r in roots), np.zeros(routes.nl)) * chunks
+    sym: dict[int, list[np.ndarray]] | None = None
+    perms = _automorphisms(topology, roots) if len(roots) > 1 and n <= SYMMETRIC_MAX_RANKS else None
+    if perms is not None:
+        sym, predicted = _pack_symmetric(routes, perms, roots, chunks, inward, passes, kappa)
+    if len(roots) == n and n > 1:
+        # Every rank a root: the cut bound is known, and a regular packing that comes within
+        # REGULAR of it needs no greedy packing to compare with.
+        from sim.bounds.cuts import cut_ratio
+
+        lowest = float(cut_ratio(topology, reverse=inward)[0]) * chunks  # seconds per chunk byte
+        if float(direct.max()) <= lowest * (1 + REGULAR):
+            return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
+        if sym is not None and predicted <= lowest * (1 + REGULAR):
+            return Packing(tuple(roots), chunks, inward, sym, predicted)
+    for p in range(max(1, passes)):
+        for j in range(chunks):
+            for r in roots:
+                if p > 0:
+                    load -= loads[placed[(r, j)]]
+                top = float(load.max()) if load.size else 0.0
+                y = np.exp(kappa * (load / top - 1.0)) if top > 0 else np.ones(routes.nl)
+                parent = _grow(routes.prices(y), r, inward)
+                load += tree_load(parent, r)
+                placed[(r, j)] = parent.tobytes()
+                if p == 0:
+                    trees[r].append(parent)
+                else:
+                    trees[r][j] = parent
+    np.maximum(load, 0.0, out=load)
+    greedy = float(load.max()) if load.size else 0.0
+    if direct.size and float(direct.max()) <= greedy * (1 + REGULAR):
+        return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
+    if sym is not None and predicted <= greedy * (1 + REGULAR):
+        return Packing(tuple(roots), chunks, inward, sym, predicted)
+    if len(roots) == 1 and n > 2:
+        # One root: the chains through the ranks in order from it, one way, the other, or
+        # alternating by chunk (a pipeline with one flow per link: optimal on a fat tree).
+        r = roots[0]
+        forward = np.empty(n, dtype=np.int64)
+        backward = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            forward[(r + i) % n] = (r + i - 1) % n if i else r
+            backward[(r - i) % n] = (r - i + 1) % n if i else r
+        options = {"forward": [forward] * chunks, "backward": [backward] * chunks,
+                   "both": [forward if j % 2 == 0 else backward for j in range(chunks)]}
+        for chain in options.values():
+            total = sum((tree_load(t, r) for t in chain), np.zeros(routes.nl))
+            if float(total.max()) <= greedy * (1 + REGULAR):
+                return Packing(tuple(roots), chunks, inward, {r: chain}, float(total.max()))
+    return Packing(tuple(roots), chunks, inward, trees, greedy)
+
+
+def _map_tree(parent: np.ndarray, pm: np.ndarray) -> np.ndarray:
+    """The tree's image under the rank permutation pm: the parent of pm[v] is pm[parent[v]]."""
+    out = np.empty_like(parent)
+    out[pm] = pm[parent]
+    return out
+
+
+def _pack_symmetric(routes: _Routes, perms: dict[int, np.ndarray], roots: Sequence[int], chunks: int,
+                    inward: bool, passes: int, kappa: float) -> tuple[dict[int, list[np.ndarray]], float]:
+    """The greedy packing restricted to symmetric solutions: trees are chosen for the first root
+    only, priced and loaded as the sum of their images under ``perms`` (one per root), and every
+    root uses the images. Returns the trees of every root and the predicted max link load."""
+    n = routes.n
+    base = roots[0]
+    pms = [perms[r] for r in roots]
+    load = np.zeros(routes.nl)
+    chosen: list[np.ndarray] = []
+
+    def orbit_load(parent: np.ndarray) -> np.ndarray:
+        total = np.zeros(routes.nl)
+        for r, pm in zip(roots, pms, strict=True):
+            t = _map_tree(parent, pm)
+            kids = np.array([v for v in range(n) if v != r], dtype=np.int64)
+            par = t[kids]
+            total += routes.load(kids * n + par if inward else par * n + kids)
+        return total
+
+    cache: dict[bytes, np.ndarray] = {}
+    for p in range(max(1, passes)):
+        for j in range(chunks):
+            if p > 0:
+                load -= cache[chosen[j].tobytes()]
+            top = float(load.max()) if load.size else 0.0
+            y = np.exp(kappa * (load / top - 1.0)) if top > 0 else np.ones(routes.nl)
+            price = routes.prices(y)
+            np.fill_diagonal(price, 0.0)
+            orbit = sum((price[np.ix_(pm, pm)] for pm in pms), np.zeros((n, n)))
+            np.fill_diagonal(orbit, np.inf)
+            parent = _grow(orbit, base, inward)
+            key = parent.tobytes()
+            if key not in cache:
+                cache[key] = orbit_load(parent)
+            load += cache[key]
+            if p == 0:
+                chosen.append(parent)
+            else:
+                chosen[j] = parent
+    np.maximum(load, 0.0, out=load)
+    trees = {r: [_map_tree(t, pm) for t in chosen] for r, pm in zip(roots, pms, strict=True)}
+    return trees, float(load.max()) if load.size else 0.0
+
+
+def _automorphisms(topology: Topology, roots: Sequence[int]) -> dict[int, np.ndarray] | None:
+    """For every root r, a rank permutation that maps roots[0] to r and is an automorphism of the
+    topology, or None. Candidates come from the builder families, by the topology's name (rotations
+    of ``ring``/``uring``/``switch``/``full``, translations of ``torus``, node and GPU rotations of
+    ``cluster``/``dgx-h100``); each is checked link by link (same bandwidth and latency, switches
+    onto switches), so a file that merely borrows a name gets None."""
+    n = topology.ranks
+    m = re.fullmatch(r"(ring|uring|switch|full|torus|cluster|dgx-h100):(\d+)(?:x(\d+))?", topology.name)
+    if m is None:
+        return None
+    kind = m.group(1)
+    if kind in ("ring", "uring", "switch", "full"):
+        shape = (1, n)
+    elif kind == "dgx-h100":
+        shape = (int(m.group(2)), 8)
+    elif m.group(3) is None:
+        return None
+    else:
+        shape = (int(m.group(2)), int(m.group(3)))
+    rows, cols = shape
+    if rows * cols != n:
+        return None
+    base = roots[0]
+    out: dict[int, np.ndarray] = {}
+    for r in roots:
+        di, dj = (r // cols - base // cols) % rows, (r % cols - base % cols) % cols
+        perm = np.array([((v // cols + di) % rows) * cols + (v % cols + dj) % cols for v in range(n)], dtype=np.int64)
+        nodes = {f"node{k}": f"node{(k + di) % rows}" for k in range(rows)} if kind in ("cluster", "dgx-h100") else {}
+        if not _is_automorphism(topology, perm, nodes):
+            return None
+        out[r] = perm
+    return out
+
+
+def _is_automorphism(topology: Topology, perm: np.ndarray, switches: dict[str, str]) -> bool:
+    g = topology.graph
+
+    def f(x: Node) -> Node:
+        return int(perm[x]) if isinstance(x, int) else switches.get(x, x)
+
+    for u, v, a in g.edges(data=True):
+        b = g.get_edge_data(f(u), f(v))
+        if b is None or b["bandwidth"] != a["bandwidth"] or b["latency"] != a["latency"]:
+            return False
+    return True
+
+
+# -- routes --------------------------------------------------------------------------------------
+
+
+def widest_routes(topology: Topology) -> Topology:
+    """The topology with explicit routes wherever the default route is not a widest one.
+
+    For each ordered pair of ranks, the widest route maximises the smallest link bandwidth along
+    it (then, among those, the total latency, then the hops); it is recorded in the topology's route
+    table (``collsched.topology/1`` ``routes``) only where its bottleneck is strictly wider than the
+    default route's. The simulator follows explicit routes, so schedules simulated on the result
+    (synthesized or not) take them. Why: the default route is the one of least latency, and on
+    ``dgx-h100:N``, whose NVLink hops carry NCCL's 1.7 us step latency, the least-latency route
+    between two GPUs of one node runs through their 47 GB/s NICs instead of the 367 GB/s NVSwitch.
+    """
+    import heapq
+
+    g = topology.graph
+    n = topology.ranks
+    if n < 2:
+        return topology
+    routes = dict(topology.routes)
+    adj: dict[Node, list[tuple[Node, float, float]]] = {v: [] for v in g.nodes}
+    for u, v, a in g.edges(data=True):
+        adj[u].append((v, float(a["bandwidth"]), float(a["latency"])))
+    widths = sorted({b for es in adj.values() for _, b, _ in es}, reverse=True)
+    order = {v: i for i, v in enumerate(g.nodes)}  # ties on latency and hops go to the first node
+    bws = topology.link_bandwidths()
+    default = topology.route_links_many((a, b) for a in range(n) for b in range(n) if a != b)
+    narrow = {pair: min(bws[i] for i in links) for pair, (links, _lat) in default.items()}
+    for src in range(n):
+        wanted = [d for d in range(n) if d != src]
+        done: set[int] = set()
+        for w in widths:
+            # Least latency (then fewest hops) over the links at least w wide: Dijkstra.
+            dist: dict[Node, tuple[float, int, int]] = {src: (0.0, 0, order[src])}
+            prev: dict[Node, Node] = {}
+            heap: list[tuple[float, int, int, Node]] = [(0.0, 0, order[src], src)]
+            seen: set[Node] = set()
+            while heap:
+                lat, hops, _, u = heapq.heappop(heap)
+                if u in seen:
+                    continue
+                seen.add(u)
+                for v, b, vl in adj[u]:
+                    if b >= w and v not in seen:
+                        cand = (lat + vl, hops + 1, order[v])
+                        if v not in dist or cand < dist[v]:
+                            dist[v] = cand
+                            prev[v] = u
+                            heapq.heappush(heap, (*cand, v))
+            for d in wanted:
+                if d in done or d not in seen:
+                    continue
+                done.add(d)  # w is d's widest bottleneck: the widest width that reaches it
+                if narrow[(src, d)] < w:
+                    path: list[Node] = [d]
+                    while path[-1] != src:
+                        path.append(prev[path[-1]])
+                    routes[(src, d)] = tuple(reversed(path))
+            if len(done) == len(wanted):
+                break
+    return Topology(g, topology.name, routes)
+
+
+def neighbour_routes(topology: Topology) -> Topology:
+    """The topology with explicit routes that keep every pair of neighbouring ranks on its own links.
+
+    A pair joined by a direct link u -> v is routed over it; a pair without one that shares a switch
+    (u -> s -> v) is routed through it (the widest such switch, then the first), unless its default
+    route already crosses one switch only. These are the rank-to-rank edges of ForestColl's edge
+    splitting: the links a tree packing can use. Why: the default route is the one of least
+    latency, so where latencies differ a link can lie on no route between ranks at all, and the cut
+    bound, which counts every link, then cannot be reached (a random topology with random
+    latencies leaves 18 of its 60 links unused).
+    """
+    g = topology.graph
+    n = topology.ranks
+    routes = dict(topology.routes)
+    for u in range(n):
+        for v in range(n):
+            if u == v:
+                continue
+            cur = topology.route(u, v)
+            if g.has_edge(u, v):
+                if cur != (u, v):
+                    routes[(u, v)] = (u, v)
+                continue
+            if len(cur) == 3 and isinstance(cur[1], str):
+                continue
+            via = [x for x in g.successors(u) if isinstance(x, str) and g.has_edge(x, v)]
+            if via:
+                s = max(via, key=lambda x: min(g.edges[u, x]["bandwidth"], g.edges[x, v]["bandwidth"]))
+                routes[(u, v)] = (u, s, v)
+    return Topology(g, topology.name, routes)
+
+
+ROUTINGS = ("shortest", "widest", "neighbour")
+"""Route choices of ``routed``: the simulator's default, ``widest_routes``, ``neighbour_routes``."""
+
+
+def routed(topology: Topology, routing: str) -> Topology:
+    """``topology`` with the routes ``routing`` names (``ROUTINGS``)."""
+    if routing == "shortest":
+        return topology
+    if routing == "widest":
+        return widest_routes(topology)
+    if routing == "neighbour":
+        return neighbour_routes(topology)
+    raise SynthesisError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
+
+
+# -- emitting transfers ------------------------------------------------------------------------
+
+Slot = tuple[Buf, int]
+
+
+class _Emitter:
+    """Collects the tree messages of a schedule, then places them in steps, one lane per rank pair.
+
+    Every message u -> v goes through u's scratch slot for the pair (a *lane*): a local copy of
+    the data into the lane, then the send from the lane. The next copy into a lane waits, as a
+    write after a read, for the previous send to finish, so each pair has at most one message in
+    flight, in priority order (the chunk's number, then its depth in its tree). Steps are then
+    assigned by list scheduling: a send goes two steps after its data is ready at u and two steps
+    after the lane's previous send, its copy one step before it.
+    """
+
+    def __init__(self, ranks: int, lanes: int = 1) -> None:
+        self.ranks = ranks
+        self.lanes = lanes
+        self.turn: dict[tuple[int, int, int], int] = {}
+        self.scratch = [0] * ranks
+        self.fixed: list[tuple[int, Transfer]] = []
+        self.sends: list[tuple[int, int, int, int, Slot, int, Slot, Op, int]] = []
+        self.ready: dict[tuple[int, Buf, int], int] = {}
+        self.lane: dict[tuple[int, int, int, int], int] = {}
+
+    def reserve(self, rank: int, count: int = 1) -> int:
+        """``count`` fresh scratch slots of ``rank``; the first one's index."""
+        i = self.scratch[rank]
+        self.scratch[rank] += count
+        return i
+
+    def local(self, step: int, rank: int, s: Slot, d: Slot, count: int = 1) -> None:
+        """A local copy at a fixed step; its destination is ready after it."""
+        self.fixed.append((step, Transfer(rank, rank, s[0], s[1], d[0], d[1], count, Op.COPY)))
+        for k in range(count):
+            key = (rank, d[0], d[1] + k)
+            self.ready[key] = max(self.ready.get(key, -1), step)
+
+    def send(self, phase: int, priority: int, u: int, s: Slot, v: int, d: Slot, op: Op = Op.COPY,
+             staged: int = -1) -> None:
+        """A message u -> v of one chunk, placed later by ``schedule`` in (phase, priority) order;
+        ``staged`` >= 0: through a lane of that group (lanes are per pair and group), else straight
+        from ``s``."""
+        self.sends.append((phase, priority, len(self.sends), u, s, v, d, op, staged))
+
+    def schedule(self, coll: Collective, name: str) -> Schedule:
+        steps: dict[int, list[Transfer]] = {}
+        for step, t in self.fixed:
+            steps.setdefault(step, []).append(t)
+        ready, lanes = self.ready, self.lane
+        last: dict[tuple[int, int, int, int], int] = {}
+        turn = self.turn
+        for _phase, _prio, _i, u, s, v, d, op, staged in sorted(self.sends):
+            if staged < 0:
+                at = ready.get((u, s[0], s[1]), -1) + 1
+                steps.setdefault(at, []).append(Transfer(u, v, s[0], s[1], d[0], d[1], 1, op))
+                dk = (v, d[0], d[1])
+                ready[dk] = max(ready.get(dk, -1), at)
+                continue
+            which = turn.get((u, v, staged), 0)
+            turn[(u, v, staged)] = (which + 1) % self.lanes
+            key = (u, v, staged, which)
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = self.reserve(u)
+            at = max(ready.get((u, s[0], s[1]), -1) + 2, last.get(key, -1) + 2)
+            last[key] = at
+            steps.setdefault(at - 1, []).append(Transfer(u, u, s[0], s[1], Buf.SCRATCH, lane, 1, Op.COPY))
+            steps.setdefault(at, []).append(Transfer(u, v, Buf.SCRATCH, lane, d[0], d[1], 1, op))
+            dk = (v, d[0], d[1])
+            ready[dk] = max(ready.get(dk, -1), at)
+        return Schedule(coll, name, tuple(Step(tuple(steps[s])) for s in sorted(steps)),
+                        scratch_chunks=max(self.scratch, default=0))
+
+
+def _groups(trees: list[np.ndarray]) -> list[tuple[np.ndarray, list[int]]]:
+    """Chunks grouped by identical tree, in chunk order."""
+    by: dict[bytes, tuple[np.ndarray, list[int]]] = {}
+    for j, t in enumerate(trees):
+        by.setdefault(t.tobytes(), (t, []))[1].append(j)
+    return list(by.values())
+
+
+def _children(parent: np.ndarray, root: int) -> list[list[int]]:
+    kids: list[list[int]] = [[] for _ in range(len(parent))]
+    for v, u in enumerate(parent.tolist()):
+        if v != root:
+            kids[u].append(v)
+    return kids
+
+
+def _emit_out(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[int],
+              src: Callable[[int], Slot], dst: Callable[[int], Slot]) -> None:
+    """Chunks ``js`` down an out-tree: chunk j leaves the root from ``src(j)`` and lands in
+    ``dst(j)`` everywhere; an edge at depth d has priority 2j + d."""
+    kids = _children(parent, root)
+    order: list[tuple[int, int, int]] = []  # (depth of the edge, u, v)
+    frontier = [(root, 0)]
+    while frontier:
+        u, d = frontier.pop()
+        for v in kids[u]:
+            order.append((d + 1, u, v))
+            frontier.append((v, d + 1))
+    for j in js:
+        for d, u, v in order:
+            e.send(phase, 2 * j + d, u, src(j) if u == root else dst(j), v, dst(j),
+                   staged=root if u == root else -1)
+
+
+def _emit_in(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[int],
+             own: Callable[[int, int], Slot], acc: Callable[[int, int], Slot]) -> None:
+    """Chunks ``js`` up an in-tree, reducing: a leaf v sends its own ``own(v, j)``, an inner rank
+    its sum ``acc(v, j)`` (which must already hold its own piece), each reduced into the parent's
+    ``acc``; a rank at height h sends with priority 2j + h + 1, after its children."""
+    kids = _children(parent, root)
+    n = len(parent)
+    height = [0] * n
+    order: list[int] = []
+    stack = [root]
+    while stack:
+        u = stack.pop()
+        order.append(u)
+        stack.extend(kids[u])
+    for u in reversed(order):
+        for v in kids[u]:
+            height[u] = max(height[u], height[v] + 1)
+    for j in js:
+        for v in order:
+            if v != root:
+                u = int(parent[v])
+                s = acc(v, j) if kids[v] else own(v, j)
+                e.send(phase, 2 * j + height[v] + 1, v, s, u, acc(u, j), Op.REDUCE,
+                       staged=root if not kids[v] else -1)
+
+
+# -- the collectives ----------------------------------------------------------------------------
+
+
+def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None, chunks: int | None = None,
+               passes: int = PASSES) -> Schedule:
+    """A tree schedule for ``kind`` on ``topology`` (module docstring), named ``synth``.
+
+    ``chunks``: chunks per root's piece (allgather and reducescatter: per rank, so C = chunks;
+    allreduce: C = ranks·chunks; broadcast and reduce: C = chunks); default ``default_chunks``.
+    """
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        raise SynthesisError(f"collective: unknown kind {kind!r} (one of {', '.join(SYNTH_KINDS)})") from None
+    if kind not in SYNTH_KINDS:
+        raise SynthesisError(f"collective: cannot synthesize {kind} (one of {', '.join(SYNTH_KINDS)})")
+    n = topology.ranks
+    if kind in (Kind.BROADCAST, Kind.REDUCE):
+        root = 0 if root is None else root
+        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
+            raise SynthesisError(f"root {root!r} out of range for a topology of {n} ranks")
+    elif root is not None:
+        raise SynthesisError(f"{kind} has no root, got root={root}")
+    c = default_chunks(kind, n) if chunks is None else chunks
+    if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+        raise SynthesisError(f"chunks must be an integer >= 1, got {chunks!r}")
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+        raise SynthesisError(f"passes must be an integer >= 1, got {passes!r}")
+    e = _Emitter(n, ROOTED_LANES if kind in (Kind.BROADCAST, Kind.REDUCE) else LANES)
+    rank_roots = range(n)
+    if kind is Kind.ALLGATHER:
+        coll = Collective(kind, n, c)
+        for r in rank_roots:
+            e.local(0, r, (Buf.INPUT, 0), (Buf.OUTPUT, r * c), c)
+        if n > 1:
+            pk = pack(topology, rank_roots, c, inward=False, passes=passes)
+            for r in rank_roots:
+                for parent, js in _groups(pk.trees[r]):
+                    _emit_out(e, 0, r, parent, js, lambda j: (Buf.INPUT, j),
+                              lambda j, r=r: (Buf.OUTPUT, r * c + j))  # type: ignore[misc]
+    elif kind is Kind.REDUCESCATTER:
+        coll = Collective(kind, n, c)
+        for r in rank_roots:
+            e.local(0, r, (Buf.INPUT, r * c), (Buf.OUTPUT, 0), c)
+        if n > 1:
+            pk = pack(topology, rank_roots, c, inward=True, passes=passes)
+            # Inner ranks sum in scratch: N·C slots each, filled with their own input first.
+            base = [e.reserve(v, n * c) for v in range(n)]
+            for v in range(n):
+                e.local(0, v, (Buf.INPUT, 0), (Buf.SCRATCH, base[v]), n * c)
+            for r in rank_roots:
+                def own(v: int, j: int, r: int = r) -> Slot:
+                    return (Buf.INPUT, r * c + j)
+
+                def acc(v: int, j: int, r: int = r) -> Slot:
+                    return (Buf.OUTPUT, j) if v == r else (Buf.SCRATCH, base[v] + r * c + j)
+
+                for parent, js in _groups(pk.trees[r]):
+                    _emit_in(e, 0, r, parent, js, own, acc)
+    elif kind is Kind.ALLREDUCE:
+        coll = Collective(kind, n, n * c)
+        if n > 1:
+            rs = pack(topology, rank_roots, c, inward=True, passes=passes)
+            ag = pack(topology, rank_roots, c, inward=False, passes=passes)
+            for r in rank_roots:
+                def mine(v: int, j: int, r: int = r) -> Slot:
+                    return (Buf.INPUT, r * c + j)
+
+                for parent, js in _groups(rs.trees[r]):
+                    _emit_in(e, 0, r, parent, js, mine, mine)
+                for parent, js in _groups(ag.trees[r]):
+                    _emit_out(e, 1, r, parent, js, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
+                              lambda j, r=r: (Buf.INPUT, r * c + j))  # type: ignore[misc]
+    elif kind is Kind.BROADCAST:
+        assert root is not None
+        coll = Collective(kind, n, c, root)
+        if n > 1:
+            pk = pack(topology, [root], c, inward=False, passes=passes)
+            for parent, js in _groups(pk.trees[root]):
+                _emit_out(e, 0, root, parent, js, lambda j: (Buf.INPUT, j), lambda j: (Buf.INPUT, j))
+    else:
+        assert root is not None
+        coll = Collective(kind, n, c, root)
+        if n > 1:
+            pk = pack(topology, [root], c, inward=True, passes=passes)
+            for parent, js in _groups(pk.trees[root]):
+                _emit_in(e, 0, root, parent, js, lambda v, j: (Buf.INPUT, j), lambda v, j: (Buf.INPUT, j))
+    return e.schedule(coll, "synth")
+
+
+def predicted_time(pk: Packing, chunk_bytes: float) -> float:
+    """The packing's bandwidth time for chunks of ``chunk_bytes``: max over links of bytes / bandwidth."""
+    return pk.time_per_byte * chunk_bytes if math.isfinite(pk.time_per_byte) else math.inf

@@ -1,0 +1,70 @@
+"""``collsched bound``: the lower bound on a collective's time on a topology, and the cut that attains it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from algorithms.ir import Kind
+from sim.cli.common import (
+    BOUND_KIND_NAMES,
+    add_common_args,
+    add_topology_args,
+    bound_for,
+    human_size,
+    human_time,
+    root_for,
+    topology_from_args,
+)
+from sim.units import parse_size
+
+__all__ = ["add_parser"]
+
+
+
+
+def _cut_text(cut: tuple[Any, ...]) -> str:
+    ranks = [x for x in cut if isinstance(x, int)]
+    switches = [x for x in cut if not isinstance(x, int)]
+    shown = ", ".join(str(x) for x in [*ranks[:16], *switches[:8]])
+    more = len(ranks) - min(len(ranks), 16) + len(switches) - min(len(switches), 8)
+    return f"{len(ranks)} rank(s), {len(switches)} switch(es): {shown}{f' and {more} more' if more else ''}"
+
+
+def _cmd_bound(args: argparse.Namespace) -> int:
+
+    size = parse_size(args.size)
+    topo = topology_from_args(args)
+    b = bound_for(Kind(args.collective), root_for(args.collective, args.root), topo, size)
+    if args.json:
+        print(json.dumps({"ok": True, **b.to_dict()}))
+        return 0
+    root = f" root {b.root}" if b.root is not None else ""
+    print(f"{args.collective}{root} on {topo.describe()}, {human_size(size)}")
+    terms = "two" if b.traffic_term is None else "three"
+    print(f"  bound      {human_time(b.bound_s)} (the largest of the {terms} terms below: the {b.bottleneck} term)")
+    print(f"  bandwidth  {human_time(b.bandwidth_s)} (exact: {b.bandwidth} s)")
+    if b.traffic_s is not None:
+        print(f"  traffic    {human_time(b.traffic_s)} (exact: {b.traffic_term} s): 2(N-1)·M bytes must "
+              "enter (and leave) the ranks over their own links (one-way gossip)")
+    print(f"  latency    {human_time(b.latency_s)}")
+    print(f"  cut        {_cut_text(b.cut)}; its out-links are the bandwidth term's bottleneck")
+    if b.any_routing is not None:
+        print(f"  routes     {b.idle_links} of {len(topo.links)} links carry no route and are left out; with every "
+              f"link usable (other routes, e.g. --routing neighbour) the bound is {human_time(b.any_routing.bound_s)}")
+    if b.reference_s is not None:
+        print(f"  reference  {human_time(b.reference_s)} (reducescatter + allgather bounds: what a two-phase "
+              "schedule can reach)")
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``collsched bound``."""
+    p = subparsers.add_parser("bound", help="lower bound on a collective's time on a topology, and its cut")
+    p.add_argument("--collective", "-c", required=True, choices=BOUND_KIND_NAMES, metavar="K",
+                   help=", ".join(BOUND_KIND_NAMES))
+    add_topology_args(p)
+    p.add_argument("--size", "-s", required=True, metavar="N", help="message size (nccl-tests convention), e.g. 1GiB")
+    add_common_args(p, json_help='print {"ok", "bound_s", "bandwidth_s", "latency_s", "cut"}')
+    p.set_defaults(func=_cmd_bound)

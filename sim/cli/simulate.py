@@ -1,0 +1,135 @@
+"""``collsched simulate``: one schedule on a topology: time, bandwidth, the closed form, the bound, traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from algorithms import registry
+from algorithms.errors import UsageError
+from algorithms.ir import Schedule
+from sim.cli.common import (
+    BOUND_AUTO_RANKS,
+    add_common_args,
+    add_network_args,
+    add_schedule_args,
+    bound_for,
+    engine_options,
+    gigabytes,
+    human_size,
+    human_time,
+    peak_rss_mib,
+    schedule_from_args,
+    topology_from_args,
+    want_bound,
+)
+from sim.units import parse_size
+
+__all__ = ["add_parser"]
+
+
+def _write_outputs(result: Any, args: argparse.Namespace) -> None:
+    from sim.engine.trace import plot_timeline, write_trace
+
+    for path, write in ((args.trace, write_trace), (args.plot, plot_timeline)):
+        if path:
+            try:
+                write(result, path)
+            except OSError as e:
+                raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from sim.engine.reference import simulate
+
+    size = parse_size(args.size)
+    opts = engine_options(args)
+    topo = topology_from_args(args)
+    schedule = schedule_from_args(args, ranks=topo.ranks, allow_custom=True)
+    t0 = time.perf_counter()
+    result = simulate(schedule, topo, size, **opts)
+    wall = time.perf_counter() - t0
+    _write_outputs(result, args)
+    from sim.topology.placement import stretched_pairs
+
+    stretched = stretched_pairs(schedule, topo)
+
+    b = None if schedule.name.startswith("custom:") or not want_bound(args, topo.ranks) else bound_for(
+        schedule.collective.kind, schedule.collective.root, topo, size, opts["faults"])
+    eff = {"bound_s": b.bound_s, "efficiency": b.efficiency(result.time)} if b is not None else {}
+    if args.json:
+        print(json.dumps({**result.to_dict(), "wall_s": wall, "peak_rss_MiB": peak_rss_mib(),
+                          "stretched_pairs": [list(t) for t in stretched], **eff}))
+    else:
+        _print_result(result, schedule, wall, args)
+        if b is not None:
+            print(f"  bound      {human_time(b.bound_s)} (`collsched bound`), efficiency "
+                  f"{100 * b.efficiency(result.time):.1f}%")
+        elif not want_bound(args, topo.ranks):
+            print(f"  bound      not computed above {BOUND_AUTO_RANKS} ranks (--bound yes, or `collsched bound`)")
+        _print_stretched(stretched, topo, args.placement)
+    if schedule.name.startswith("custom:"):  # an MSCCL-IR custom program: timing only, no postcondition
+        return 0
+    return 0 if result.ok else 1
+
+
+def _print_stretched(stretched: Sequence[tuple[int, int, int]], topo: Any, placement: str) -> None:
+    if not stretched:
+        print("  neighbours every pair of ranks that exchanges data is one hop apart")
+        return
+    shown = ", ".join(f"{s}->{d} ({h} hops)" for s, d, h in stretched[:6])
+    more = f" and {len(stretched) - 6} more" if len(stretched) > 6 else ""
+    hint = " (try --placement snake)" if placement != "snake" and topo.name.startswith("torus:") else ""
+    print(f"  stretched  {len(stretched)} pair(s) of ranks that exchange data are more than one hop apart: "
+          f"{shown}{more}{hint}")
+
+
+def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.Namespace) -> None:
+    from sim.engine.closed_form import predict, route_alpha_beta
+
+    topo = result.topology
+    print(f"{schedule.name} {schedule.collective.describe()} on {topo.describe()}, {result.mode}, "
+          f"{human_size(result.size)}")
+    algbw, busbw = gigabytes(result.algbw), gigabytes(result.busbw)
+    print(f"  time       {human_time(result.time)}")
+    print(f"  algbw      {algbw:.4f} GB/s" if algbw is not None else "  algbw      - (no time)")
+    print(f"  busbw      {busbw:.4f} GB/s" if busbw is not None else "  busbw      - (no time)")
+    print(f"  transfers  {result.transfers}, events {result.events}, simulated in {wall:.3f} s by the "
+          f"{result.engine} engine, peak memory {peak_rss_mib():.0f} MiB")
+    if result.link_busy and result.time > 0:
+        (u, v), busy = max(result.link_busy.items(), key=lambda kv: kv[1])
+        print(f"  busiest    link {u}->{v}, busy {100 * busy / result.time:.1f}% of the time")
+    if topo.ranks > 1 and getattr(args, "file", None) is None:
+        alg = registry.get(schedule.collective.kind, args.algorithm)
+        if alg.cost is not None:
+            alpha, beta = route_alpha_beta(topo)
+            params = dict(args.param)
+            if args.chunks is not None:
+                params["chunks"] = args.chunks
+            pred = predict(alg.kind, alg.name, topo.ranks, result.size, alpha=alpha, beta=beta, params=params)
+            print(f"  closed form {human_time(pred.time)} ({pred.formula}; α={alpha:.3g} s, β=1/{1 / beta:.4g} B/s "
+                  f"from route 0->1)")
+    if schedule.name.startswith("custom:"):
+        print("  postcondition none (an MSCCL-IR custom program: simulated for its timing only)")
+    elif result.ok:
+        print("  postcondition OK")
+    else:
+        print(f"  postcondition BROKEN: {len(result.violations)} violation(s)")
+        for v in result.violations[:20]:
+            print(f"    {v}")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``collsched simulate``."""
+    p = subparsers.add_parser("simulate", help="simulate a schedule on a topology (time, bandwidth, trace)")
+    add_schedule_args(p, ranks=False)
+    add_network_args(p)
+    p.add_argument("--size", "-s", required=True, metavar="N", help="message size (nccl-tests convention), e.g. 256MiB")
+    p.add_argument("--trace", metavar="F.json", help="write a Chrome/Perfetto trace")
+    p.add_argument("--plot", metavar="F.png", help="write a timeline plot")
+    add_common_args(p, json_help='print {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "engine", '
+                                 '"wall_s", "peak_rss_MiB"}')
+    p.set_defaults(func=_cmd_simulate)

@@ -1,0 +1,148 @@
+"""``collsched sweep``: every algorithm of a kind (and schedule files) over message sizes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from algorithms import formats as fileformat
+from algorithms import registry
+from algorithms.errors import UsageError
+from algorithms.ir import Kind, Schedule
+from sim.cli.common import (
+    add_common_args,
+    add_network_args,
+    bound_for,
+    engine_options,
+    gigabytes,
+    human_size,
+    human_time,
+    topology_from_args,
+    want_bound,
+)
+from sim.units import parse_sizes
+
+__all__ = ["add_parser"]
+
+
+def _file_schedules(paths: Sequence[str], kind: Kind, p: int) -> list[tuple[str, Schedule]]:
+    """(label, schedule) of each --file; its collective must be ``kind`` on ``p`` ranks."""
+    out = []
+    for path in paths:
+        s = fileformat.load(path)
+        if s.collective.kind is not kind:
+            raise UsageError(f"--file {path}: the schedule is {s.collective.kind.value}, the sweep is {kind.value}")
+        if s.collective.ranks != p:
+            raise UsageError(f"--file {path}: the schedule has {s.collective.ranks} ranks, the topology {p}")
+        out.append((f"{s.name} [{Path(path).name}]", s))
+    return out
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.engine.reference import simulate
+    from sim.engine.trace import plot_sweep
+    from sim.progress import bar
+
+    sizes = parse_sizes(args.sizes)
+    opts = engine_options(args)
+    opts["progress"] = False
+    topo = topology_from_args(args)
+    p = topo.ranks
+    wanted = None if args.algorithms is None else [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    schedules: list[tuple[str, Schedule]] = []
+    files = _file_schedules(args.files, Kind(args.collective), p)
+    candidates = [registry.get(args.collective, a) for a in wanted] if wanted else list(
+        registry.algorithms(args.collective))
+    for alg in candidates:
+        params: dict[str, Any] = {}
+        if args.chunks is not None and any(x.name == "chunks" for x in alg.parameters):
+            params["chunks"] = args.chunks
+        reason = alg.unsupported(p, params)
+        if reason is not None:
+            if wanted:
+                raise UsageError(f"{alg.kind}/{alg.name} cannot serve {p} ranks: {reason}")
+            print(f"collsched sweep: skipping {alg.name}: {reason}", file=sys.stderr)
+            continue
+        s = alg.build(p, root=args.root, **params)
+        schedules.append((s.name, s))
+    schedules += files
+    if not schedules:
+        raise UsageError(f"no {args.collective} algorithm serves {p} ranks")
+    rows: list[dict[str, Any]] = []
+    all_ok = True
+
+    root = schedules[0][1].collective.root
+    unit = bound_for(Kind(args.collective), root, topo, 1.0, opts["faults"]) if want_bound(args, p) \
+        else None  # cuts once, scaled per size
+    with bar(len(sizes) * len(schedules), unit="run", enabled=not args.no_progress) as progress:
+        for size in sizes:
+            b = unit.scaled(size) if unit is not None else None
+            for label, s in schedules:
+                r = simulate(s, topo, size, **opts)
+                all_ok &= r.ok
+                rows.append({"algorithm": label, "size": size, "time_s": r.time, "algbw_GBps": gigabytes(r.algbw),
+                             "busbw_GBps": gigabytes(r.busbw), "ok": r.ok,
+                             "bound_s": b.bound_s if b is not None else None,
+                             "efficiency": b.efficiency(r.time) if b is not None else None})
+                progress.update(1)
+    names = [label for label, _ in schedules]
+    best = {size: min((r for r in rows if r["size"] == size), key=lambda r: r["time_s"])["algorithm"]
+            for size in sizes}
+    if args.plot:
+        try:
+            plot_sweep([(r["algorithm"], r["size"], r["time_s"]) for r in rows], args.plot,
+                       title=f"{args.collective} on {topo.name} ({args.mode})")
+        except OSError as e:
+            raise UsageError(f"cannot write {args.plot}: {e.strerror or e}") from None
+    if args.json:
+        print(json.dumps({"collective": args.collective, "topology": topo.name, "ranks": p, "mode": args.mode,
+                          "algorithms": names, "results": rows,
+                          "best": [{"size": s, "algorithm": best[s]} for s in sizes], "ok": all_ok}))
+    else:
+        _print_sweep(rows, sizes, names, best, args.collective, topo.describe())
+    return 0 if all_ok else 1
+
+
+def _print_sweep(rows: Sequence[dict[str, Any]], sizes: Sequence[float], names: Sequence[str],
+                 best: dict[float, str], kind: str, where: str) -> None:
+    print(f"{kind} on {where}: time per algorithm (* = fastest; in brackets, efficiency = bound / time, "
+          "see `collsched bound`); busbw of the fastest")
+    by = {(r["algorithm"], r["size"]): r for r in rows}
+    head = ["size", *names, "best busbw GB/s"]
+    table = [head]
+    for size in sizes:
+        line = [human_size(size)]
+        for name in names:
+            r = by[(name, size)]
+            mark = "*" if best[size] == name else " "
+            bad = "" if r["ok"] else " !"
+            eff = f" ({100 * r['efficiency']:.0f}%)" if r["efficiency"] is not None else ""
+            line.append(f"{human_time(r['time_s'])}{mark}{eff}{bad}")
+        bb = by[(best[size], size)]["busbw_GBps"]
+        line.append(f"{bb:.3f}" if bb is not None else "-")
+        table.append(line)
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for row in table:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``collsched sweep``."""
+    p = subparsers.add_parser("sweep", help="simulate every algorithm of a kind over message sizes")
+    kinds = [k.value for k in Kind]
+    p.add_argument("--collective", "-c", required=True, choices=kinds, metavar="K", help=", ".join(kinds))
+    p.add_argument("--algorithms", metavar="A,B", help="only these algorithms (default: every one that fits p)")
+    p.add_argument("--file", "-f", dest="files", action="append", default=[], metavar="F",
+                   help="also sweep this schedule file (its collective and ranks must match; repeatable)")
+    p.add_argument("--chunks", "-k", type=int, metavar="k", help="chunks per piece for every algorithm")
+    p.add_argument("--root", "-r", type=int, metavar="R", help="root rank for rooted kinds (default 0)")
+    add_network_args(p)
+    p.add_argument("--sizes", required=True, metavar="A:B", help="A:B doubles from A to B; A:B:F multiplies by F; "
+                                                                   "or A,B,C")
+    p.add_argument("--plot", metavar="F.png", help="write a plot of time vs size per algorithm")
+    add_common_args(p, json_help="print the results as JSON")
+    p.set_defaults(func=_cmd_sweep)

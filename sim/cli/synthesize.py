@@ -1,0 +1,81 @@
+"""``collsched synthesize``: pack a schedule onto a topology, verify, write and simulate it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from algorithms.ir import Kind
+from sim.cli.common import (
+    add_common_args,
+    add_output_args,
+    add_topology_args,
+    bound_for,
+    human_size,
+    human_time,
+    root_for,
+    save_schedule,
+    topology_from_args,
+)
+from sim.units import parse_size
+
+__all__ = ["add_parser"]
+
+
+SYNTH_KIND_NAMES = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
+
+
+def _cmd_synthesize(args: argparse.Namespace) -> int:
+    from sim.bounds.packing import synthesize
+    from sim.engine.reference import simulate
+    from sim.verify.verifier import verify
+
+    size = parse_size(args.size)
+    topo = topology_from_args(args)
+    kind = Kind(args.collective)
+    root = root_for(args.collective, args.root)
+    t0 = time.perf_counter()
+    schedule = synthesize(kind, topo, root=root, chunks=args.chunks)
+    wall = time.perf_counter() - t0
+    report = verify(schedule)
+    save_schedule(schedule, args)
+    result = simulate(schedule, topo, size)
+    b = bound_for(kind, root, topo, size)
+    ok = report.ok and result.ok
+    out = {"ok": ok, "output": str(args.output), "collective": kind.value, "ranks": schedule.ranks,
+           "chunks": schedule.collective.chunks, "transfers": schedule.num_transfers, "steps": len(schedule.steps),
+           "synth_wall_s": wall, "size": size, "time_s": result.time, "bound_s": b.bound_s,
+           "efficiency": b.efficiency(result.time), "verified": report.ok}
+    if b.reference_s is not None:
+        out["reference_s"] = b.reference_s
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"wrote {args.output}: synth {schedule.collective.describe()} for {topo.describe()}")
+        print(f"  transfers  {schedule.num_transfers}, steps {len(schedule.steps)}, synthesized in {wall:.3f} s")
+        print(f"  verified   {'OK' if report.ok else f'BROKEN: {len(report.violations)} violation(s)'}")
+        print(f"  simulated  {human_time(result.time)} at {human_size(size)} (dataflow)")
+        print(f"  bound      {human_time(b.bound_s)}, efficiency {100 * b.efficiency(result.time):.1f}%")
+        if b.reference_s is not None and result.time > 0:
+            print(f"  reference  {human_time(b.reference_s)} (reducescatter + allgather bounds): the schedule "
+                  f"runs at {100 * b.reference_s / result.time:.1f}% of it")
+    return 0 if ok else 1
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``collsched synthesize``."""
+    p = subparsers.add_parser("synthesize", help="pack a schedule onto a topology (trees at the cut rate), "
+                                                 "verify, write and simulate it")
+    p.add_argument("--collective", "-c", required=True, choices=SYNTH_KIND_NAMES, metavar="K",
+                   help=", ".join(SYNTH_KIND_NAMES))
+    add_topology_args(p)
+    p.add_argument("--chunks", "-k", type=int, metavar="k", help="chunks per root's piece (default: by size of "
+                   "the world, see sim.bounds.packing.default_chunks)")
+    p.add_argument("--size", "-s", default="1GiB", metavar="N", help="size to simulate at (default 1GiB)")
+    p.add_argument("--output", "-o", required=True, metavar="F", help="schedule file to write (.json, or .xml)")
+    add_output_args(p)
+    add_common_args(p, json_help='print {"ok", "output", "transfers", "steps", "synth_wall_s", "time_s", "bound_s", '
+                                 '"efficiency", ...}')
+    p.set_defaults(func=_cmd_synthesize)

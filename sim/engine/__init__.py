@@ -1,0 +1,19 @@
+"""Time: the discrete-event simulator of schedules on topologies, and what it prints.
+
+- ``reference``: the simpy simulator, the reference model (``simulate``, ``Faults``, ``SimResult``,
+  nccl-tests sizes and bus bandwidth);
+- ``fast``: the same model vectorised on numpy arrays (a closed form, else an event loop over arrays);
+- ``fairshare``: max-min fair link sharing by progressive filling;
+- ``closed_form``: α-β-γ predictions of the library's algorithms beside the simulator;
+- ``trace``: Chrome/Perfetto traces, timeline and sweep plots.
+
+>>> from algorithms import build
+>>> from sim.topology import ring
+>>> r = simulate(build("allreduce", "ring", 4), ring(4, bandwidth=1e9, latency=0.0), 4e6)
+>>> round(r.time * 1e3, 3)  # 2(p-1)/p * N / B on a ring of 1 GB/s links
+6.0
+"""
+
+from sim.engine.reference import ENGINES, MODES, Faults, SimResult, SimulationError, busbw_factor, simulate
+
+__all__ = ["ENGINES", "MODES", "Faults", "SimResult", "SimulationError", "busbw_factor", "simulate"]

@@ -1,0 +1,207 @@
+"""Topology files: the ``collsched.topology/1`` JSON format, and GraphML.
+
+``load`` and ``save`` pick the format by the file name (``.graphml``/``.xml``
+is GraphML, anything else JSON); ``docs/design.md`` describes every key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from sim.topology.graph import Node, Topology, TopologyError, _link_name
+
+__all__ = ["FORMAT", "MAX_FILE_BYTES", "dumps", "from_dict", "load", "loads", "read_text", "save", "to_dict"]
+
+FORMAT = "collsched.topology/1"
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+def to_dict(topology: Topology) -> dict[str, Any]:
+    """The ``collsched.topology/1`` document of a topology."""
+    g = topology.graph
+    return {
+        "format": FORMAT,
+        "name": topology.name,
+        "ranks": topology.ranks,
+        "switches": [n for n in g.nodes if isinstance(n, str)],
+        "links": [{"src": u, "dst": v, "bandwidth": a["bandwidth"], "latency": a["latency"]}
+                  for u, v, a in g.edges(data=True)],
+        "routes": [{"src": s, "dst": d, "path": list(path)} for (s, d), path in sorted(topology.routes.items())],
+    }
+
+
+def dumps(topology: Topology) -> str:
+    """The topology as ``collsched.topology/1`` JSON text."""
+    return json.dumps(to_dict(topology), indent=1)
+
+
+def _field(doc: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], where: str) -> Any:
+    if key not in doc:
+        raise TopologyError(f"{where}: missing field {key!r}")
+    value = doc[key]
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise TopologyError(f"{where}.{key}: wrong type {type(value).__name__}")
+    if not isinstance(value, kinds):
+        raise TopologyError(f"{where}.{key}: wrong type {type(value).__name__}")
+    return value
+
+
+def _only(doc: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
+    extra = sorted(set(doc) - set(keys))
+    if extra:
+        raise TopologyError(f"{where}: unknown field {extra[0]!r}")
+
+
+def _node(value: object, where: str) -> Node:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TopologyError(f"{where}: a node is a rank (int) or a switch name (str), got {value!r}")
+    return value
+
+
+def from_dict(doc: object) -> Topology:
+    """Build a topology from a ``collsched.topology/1`` document, strictly checked."""
+    if not isinstance(doc, dict):
+        raise TopologyError("topology: the document must be a JSON object")
+    _only(doc, ("format", "name", "ranks", "switches", "links", "routes", "engine", "model"), "topology")
+    if doc.get("format") != FORMAT:
+        raise TopologyError(f"topology.format: expected {FORMAT!r}, got {doc.get('format')!r}")
+    # A machine file's engine parameters and calibration record: sim.machine.model checks and uses them.
+    if "engine" in doc and not isinstance(doc["engine"], dict):
+        raise TopologyError(f"topology.engine: must be an object, got {type(doc['engine']).__name__}")
+    if "model" in doc and not isinstance(doc["model"], dict):
+        raise TopologyError(f"topology.model: must be an object, got {type(doc['model']).__name__}")
+    name = _field(doc, "name", str, "topology")
+    p = _field(doc, "ranks", int, "topology")
+    if p < 1:
+        raise TopologyError(f"topology.ranks: must be >= 1, got {p}")
+    g = nx.DiGraph()
+    g.add_nodes_from(range(p))
+    for i, s in enumerate(_field(doc, "switches", list, "topology")):
+        if not isinstance(s, str) or not s:
+            raise TopologyError(f"topology.switches[{i}]: a switch name is a non-empty string, got {s!r}")
+        g.add_node(s)
+    for i, link in enumerate(_field(doc, "links", list, "topology")):
+        where = f"topology.links[{i}]"
+        if not isinstance(link, dict):
+            raise TopologyError(f"{where}: must be an object")
+        _only(link, ("src", "dst", "bandwidth", "latency"), where)
+        u = _node(_field(link, "src", (int, str), where), f"{where}.src")
+        v = _node(_field(link, "dst", (int, str), where), f"{where}.dst")
+        for n, key in ((u, "src"), (v, "dst")):
+            if n not in g:
+                raise TopologyError(f"{where}.{key}: unknown node {n!r} (ranks 0..{p - 1} or a listed switch)")
+        attrs = {k: link[k] for k in ("bandwidth", "latency") if k in link}
+        if g.has_edge(u, v):
+            raise TopologyError(f"{where}: {_link_name(u, v)} is listed twice")
+        g.add_edge(u, v, **attrs)
+    routes: dict[tuple[int, int], tuple[Node, ...]] = {}
+    for i, r in enumerate(_field(doc, "routes", list, "topology") if "routes" in doc else []):
+        where = f"topology.routes[{i}]"
+        if not isinstance(r, dict):
+            raise TopologyError(f"{where}: must be an object")
+        _only(r, ("src", "dst", "path"), where)
+        s, d = _field(r, "src", int, where), _field(r, "dst", int, where)
+        path = _field(r, "path", list, where)
+        routes[(s, d)] = tuple(_node(n, f"{where}.path") for n in path)
+    return Topology(g, name, routes)
+
+
+def loads(text: str) -> Topology:
+    """Parse ``collsched.topology/1`` JSON text."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TopologyError(f"topology: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return from_dict(doc)
+
+
+def _is_graphml(path: str | os.PathLike[str]) -> bool:
+    return str(path).lower().endswith((".graphml", ".xml"))
+
+
+def read_text(path: str | os.PathLike[str], what: str = "", *, limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of a topology, machine or placement file; TopologyError naming the file otherwise."""
+    try:
+        size = os.path.getsize(path)
+        if size > limit:
+            raise TopologyError(f"{path}: file of {size} bytes exceeds the {limit}-byte limit")
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise TopologyError(f"cannot read {what}{path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise TopologyError(f"{path}: not UTF-8 text") from None
+
+
+def load(path: str | os.PathLike[str]) -> Topology:
+    """Load a topology file: GraphML when the name ends in .graphml, else collsched.topology/1 JSON."""
+    if _is_graphml(path):
+        try:
+            size = os.path.getsize(path)
+            if size > MAX_FILE_BYTES:
+                raise TopologyError(f"{path}: file of {size} bytes exceeds the {MAX_FILE_BYTES}-byte limit")
+            return _load_graphml(path)
+        except OSError as e:
+            raise TopologyError(f"cannot read {path}: {e.strerror or e}") from None
+    text = read_text(path)
+    try:
+        return loads(text)
+    except TopologyError as e:
+        raise TopologyError(f"{path}: {e}") from None
+
+
+def save(topology: Topology, path: str | os.PathLike[str]) -> None:
+    """Write a topology file: GraphML when the name ends in .graphml, else collsched.topology/1 JSON."""
+    if _is_graphml(path):
+        g = nx.DiGraph(topology.graph)
+        g.graph.update(format=FORMAT, name=topology.name, ranks=topology.ranks,
+                       routes=json.dumps([[s, d, list(pth)] for (s, d), pth in sorted(topology.routes.items())]))
+        for n in g.nodes:
+            g.nodes[n]["kind"] = "rank" if isinstance(n, int) else "switch"
+        nx.write_graphml(g, path)
+    else:
+        Path(path).write_text(dumps(topology), encoding="utf-8")
+
+
+def _load_graphml(path: str | os.PathLike[str]) -> Topology:
+    try:
+        raw = nx.read_graphml(path)
+    except Exception as e:  # networkx and ElementTree raise several unrelated types on bad XML
+        raise TopologyError(f"{path}: not a GraphML topology ({e})") from None
+    if not isinstance(raw, nx.DiGraph) or raw.is_multigraph():
+        raise TopologyError(f"{path}: the GraphML graph must be directed and simple")
+    rename: dict[Any, Node] = {}
+    for n, attrs in raw.nodes(data=True):
+        kind = attrs.get("kind", "rank" if re.fullmatch(r"[0-9]+", str(n)) else "switch")
+        if kind == "rank":
+            if not re.fullmatch(r"[0-9]+", str(n)):
+                raise TopologyError(f"{path}: node {n!r} is marked as a rank but its id is not a number")
+            rename[n] = int(n)
+        elif kind == "switch":
+            rename[n] = str(n)
+        else:
+            raise TopologyError(f"{path}: node {n!r} has unknown kind {kind!r} (rank or switch)")
+    g = nx.DiGraph()
+    g.add_nodes_from(sorted(v for v in rename.values() if isinstance(v, int)))
+    g.add_nodes_from(v for v in rename.values() if isinstance(v, str))
+    for u, v, attrs in raw.edges(data=True):
+        g.add_edge(rename[u], rename[v], **{k: attrs[k] for k in ("bandwidth", "latency") if k in attrs})
+    routes: dict[tuple[int, int], tuple[Node, ...]] = {}
+    text = raw.graph.get("routes")
+    if text:
+        try:
+            items = json.loads(text)
+            for s, d, pth in items:
+                routes[(int(s), int(d))] = tuple(pth)
+        except (ValueError, TypeError):
+            raise TopologyError(f"{path}: graph attribute 'routes' is not a JSON list of [src, dst, path]") from None
+    try:
+        return Topology(g, str(raw.graph.get("name", Path(path).stem)), routes)
+    except TopologyError as e:
+        raise TopologyError(f"{path}: {e}") from None

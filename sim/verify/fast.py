@@ -1,0 +1,342 @@
+"""Lockstep symbolic execution on compact columns: the verifier's semantics at tens of millions of transfers.
+
+``sim.verify.verifier`` keeps a Python tuple ``(chunk, rank bitmask)`` per slot: at
+p = 4096 that is 16.7 M slots of 4096-bit integers, about 10 GB. Here a slot
+is three integers: its chunk index (-1: empty) and a *cyclic interval* of
+contributing ranks ``[lo, lo + ln) mod p``. Every initial and expected
+content is such an interval (one rank, or all of them), and the unions the
+usual algorithms form are too (a ring adds the neighbour's interval; recursive
+doubling adds an aligned block). A content that is not one (two chunks in a
+slot, a scattered set of ranks) is *spilled*: the slot's chunk is -2 and its
+content is kept, in ``sim.verify.semantics`` form, in a dict. Whole steps are
+executed as numpy operations; reductions into a slot that several transfers
+of the step reduce into, and anything touching a spilled slot, go through
+``sim.verify.semantics.combine`` one chunk at a time, in program order.
+
+The semantics are ``sim.verify.verifier.execute``'s (docs/design.md, "Step semantics"):
+reads see the state at the step's start; the first copy to a slot in a step
+wins and any other write to that slot in the step is a race and is skipped;
+reductions combine in program order; reading an empty slot, reducing into one
+and counting a contribution twice are violations. ``run`` returns the
+violations and ``check`` compares the final state with the postcondition.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from algorithms.ir import BUFS, Buf, Collective, Kind, Schedule
+from sim.verify.report import DOUBLE_COUNT, RACE, UNINITIALISED_READ, WRONG_SLOT, Violation
+from sim.verify.semantics import Content, SlotLayout, combine, describe_text
+
+__all__ = ["CompactState", "run", "check", "verdict", "expected_columns", "initial_columns"]
+
+EMPTY, SPILLED = -1, -2
+
+
+@dataclass
+class CompactState:
+    """Per slot: chunk index (-1 empty, -2 spilled), and the contributing ranks ``[lo, lo + ln) mod p``."""
+
+    p: int
+    chunk: np.ndarray
+    lo: np.ndarray
+    ln: np.ndarray
+    spill: dict[int, Content]
+    rows: np.ndarray
+    """chunk, lo and ln are the columns of this (slots x 3) array."""
+
+    def content(self, slot: int) -> Content | None:
+        """The ``sim.verify.semantics`` content of one slot."""
+        c = int(self.chunk[slot])
+        if c == EMPTY:
+            return None
+        if c == SPILLED:
+            return self.spill[slot]
+        return (c, _mask(int(self.lo[slot]), int(self.ln[slot]), self.p))
+
+    def set(self, slot: int, content: Content | None) -> None:
+        """Store a ``sim.verify.semantics`` content, compactly when it is one chunk over a cyclic interval."""
+        if content is None:
+            self.chunk[slot] = EMPTY
+            return
+        if len(content) == 2:
+            iv = _interval(content[1], self.p)
+            if iv is not None:
+                self.chunk[slot] = content[0]
+                self.lo[slot], self.ln[slot] = iv
+                return
+        self.chunk[slot] = SPILLED
+        self.spill[slot] = content
+
+
+def _mask(lo: int, ln: int, p: int) -> int:
+    if lo + ln <= p:
+        return ((1 << ln) - 1) << lo
+    return ((1 << (lo + ln - p)) - 1) | (((1 << (p - lo)) - 1) << lo)
+
+
+def _run_of(x: int) -> tuple[int, int] | None:
+    """(start, length) when the set bits of x > 0 are contiguous."""
+    low = (x & -x).bit_length() - 1
+    y = x >> low
+    return (low, y.bit_length()) if y & (y + 1) == 0 else None
+
+
+def _interval(mask: int, p: int) -> tuple[int, int] | None:
+    """The cyclic interval (lo, ln) whose bits are ``mask``, or None; the full set is (0, p)."""
+    full = (1 << p) - 1
+    if mask <= 0 or mask > full:
+        return None
+    if mask == full:
+        return 0, p
+    run = _run_of(mask)
+    if run is not None:
+        return run
+    gap = _run_of(full ^ mask)
+    if gap is None:
+        return None
+    return (gap[0] + gap[1]) % p, p - gap[1]
+
+
+def initial_columns(layout: SlotLayout) -> CompactState:
+    """The state before step 0, as ``sim.verify.semantics.initial_state`` defines it."""
+    coll = layout.collective
+    p = coll.ranks
+    n = layout.num_slots
+    # One row per slot (chunk, lo, ln): a step's random accesses touch one cache line per slot.
+    rows = np.zeros((n, 3), dtype=np.int32)
+    rows[:, 0] = EMPTY
+    st = CompactState(p, rows[:, 0], rows[:, 1], rows[:, 2], {}, rows)
+    for r in range(p):
+        if coll.kind is Kind.BROADCAST and r != coll.root:
+            continue
+        base, size = layout.bases[Buf.INPUT][r], layout.sizes[Buf.INPUT][r]
+        st.chunk[base:base + size] = np.arange(size)
+        st.lo[base:base + size] = r
+        st.ln[base:base + size] = 1
+    return st
+
+
+def expected_columns(coll: Collective, layout: SlotLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The postcondition of ``sim.verify.semantics.expected_state`` as arrays: slots, chunk, lo, ln (sorted by slot)."""
+    p, c, root = coll.ranks, coll.chunks, coll.root
+    k = coll.kind
+    everyone = np.arange(p, dtype=np.int64)
+    only_root = np.array([root if root is not None else 0], dtype=np.int64)
+    ib_all = np.array(layout.bases[Buf.INPUT], dtype=np.int64)
+    ob_all = np.array(layout.bases[Buf.OUTPUT], dtype=np.int64)
+    i = np.arange(c, dtype=np.int64)
+    sc = np.arange(p * c, dtype=np.int64)  # s * c + i over s, then i
+
+    def grid(base: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        return (base[:, None] + offsets[None, :]).ravel()
+
+    if k in (Kind.ALLREDUCE, Kind.BARRIER, Kind.REDUCE):
+        ranks = only_root if k is Kind.REDUCE else everyone
+        slots = grid(ib_all[ranks], i)
+        chunk, lo, ln = np.tile(i, len(ranks)), np.zeros_like(slots), np.full_like(slots, p)
+    elif k is Kind.BROADCAST:
+        slots = grid(ib_all, i)
+        chunk, lo, ln = np.tile(i, p), np.full_like(slots, root), np.ones_like(slots)
+    elif k in (Kind.ALLGATHER, Kind.GATHER):
+        ranks = only_root if k is Kind.GATHER else everyone
+        slots = grid(ob_all[ranks], sc)
+        chunk, lo, ln = np.tile(sc % c, len(ranks)), np.tile(sc // c, len(ranks)), np.ones_like(slots)
+    elif k is Kind.REDUCESCATTER:
+        slots = grid(ob_all, i)
+        chunk, lo, ln = grid(everyone * c, i), np.zeros_like(slots), np.full_like(slots, p)
+    elif k is Kind.SCATTER:
+        slots = grid(ob_all, i)
+        chunk, lo, ln = grid(everyone * c, i), np.full_like(slots, root), np.ones_like(slots)
+    elif k is Kind.ALLTOALL:
+        slots = grid(ob_all, sc)
+        chunk, lo, ln = grid(everyone * c, sc % c), np.tile(sc // c, p), np.ones_like(slots)
+    else:
+        e = np.zeros(0, dtype=np.int64)
+        return e, e, e, e
+    if len(slots) > 1 and not bool((np.diff(slots) > 0).all()):
+        order = np.argsort(slots, kind="stable")
+        slots, chunk, lo, ln = slots[order], chunk[order], lo[order], ln[order]
+    return slots, chunk, lo, ln
+
+
+class _Runner:
+    def __init__(self, schedule: Schedule, races: bool, limit: int) -> None:
+        self.schedule = schedule
+        self.layout = SlotLayout(schedule)
+        self.p = schedule.ranks
+        self.races = races
+        self.limit = limit
+        self.bad: list[Violation] = []
+        self.dropped = 0
+        self.idempotent = schedule.collective.kind is Kind.BARRIER
+        cols = schedule.columns()
+        bases = np.array([self.layout.bases[b] for b in BUFS], dtype=np.int64)
+        self.bases = bases
+        self.cols = cols
+        self.state = initial_columns(self.layout)
+
+    def _report(self, kind: str, t: int, k: int, what: str, at_dst: bool) -> None:
+        if len(self.bad) >= self.limit:
+            self.dropped += 1
+            return
+        si, ti, tr = self.schedule.transfer(t)
+        rank, buf, idx = (tr.dst, tr.dst_buf, tr.dst_index + k) if at_dst else (tr.src, tr.src_buf, tr.src_index + k)
+        where = f"rank {rank} {buf}[{idx}]"
+        self.bad.append(Violation(kind, f"step {si} transfer {ti} ({tr!r}): {what.format(where=where)}",
+                                  si, ti, rank, buf.value, idx))
+
+    def go(self) -> list[Violation]:
+        off = self.cols.step_offsets
+        for lo, hi in itertools.pairwise(off.tolist()):
+            if hi > lo:
+                self._step(lo, hi)
+        if self.dropped:
+            self.bad.append(Violation("more", f"{self.dropped} more violation(s) not listed"))
+        return self.bad
+
+    def _step(self, lo: int, hi: int) -> None:
+        st = self.state
+        p = self.p
+        count = self.cols.count[lo:hi].astype(np.int64)
+        mt = np.repeat(np.arange(lo, hi, dtype=np.int64), count)
+        k = np.arange(len(mt), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        c, b = self.cols, self.bases
+        a = np.repeat(b[c.src_buf[lo:hi], c.src[lo:hi]] + c.src_index[lo:hi], count) + k
+        d = np.repeat(b[c.dst_buf[lo:hi], c.dst[lo:hi]] + c.dst_index[lo:hi], count) + k
+        copy = self.cols.op[mt] == 0
+        # Reads: the state at the step's start.
+        va = st.rows[a]
+        vc, vlo, vln = va[:, 0], va[:, 1], va[:, 2]
+        spilled_src = {int(j): st.spill[int(a[j])] for j in np.flatnonzero(vc == SPILLED)}
+        empty = vc == EMPTY
+        for j in np.flatnonzero(empty).tolist():
+            self._report(UNINITIALISED_READ, int(mt[j]), int(k[j]), "reads {where}, which holds nothing", False)
+        live = ~empty
+        as_copy = copy & ~np.bool_(self.idempotent)
+        # Races, as verify decides them in program order: when a slot's first write in the step is a copy,
+        # every other write to it is a race; when it is a reduction, every copy to it is.
+        lj = np.flatnonzero(live)
+        sorted_d = np.sort(d[lj])
+        shared = len(sorted_d) > 1 and bool((sorted_d[1:] == sorted_d[:-1]).any())
+        if shared:  # some slot gets two writes: sort the writes by slot, then program order
+            order = lj[np.lexsort((lj, d[lj]))]
+            ds = d[order]
+            start = np.r_[True, ds[1:] != ds[:-1]]
+            grp = np.cumsum(start) - 1
+            first = order[np.flatnonzero(start)]
+            racy = ~start & (as_copy[first][grp] | as_copy[order])
+            if racy.any():
+                if self.races:
+                    for jj in np.flatnonzero(racy).tolist():
+                        j, other = int(order[jj]), int(first[grp[jj]])
+                        self._race(int(mt[j]), int(k[j]), int(mt[other]))
+                live[order[racy]] = False
+        # Copies (at most one live per slot now).
+        cj = np.flatnonzero(live & as_copy)
+        rj = np.flatnonzero(live & ~as_copy)
+        # Reductions: single-move slots with compact operands of the same chunk go vectorised.
+        r_d = d[rj]
+        alone = np.ones(len(rj), dtype=bool)
+        if shared and len(rj) > 1:
+            r_order = np.argsort(r_d, kind="stable")
+            rj = rj[r_order]
+            r_d = r_d[r_order]
+            same = r_d[1:] == r_d[:-1]
+            alone[1:] &= ~same
+            alone[:-1] &= ~same
+        cur_c = st.chunk[r_d]
+        fast = alone & (cur_c >= 0) & (vc[rj] >= 0) & (cur_c == vc[rj]) & ~np.bool_(self.idempotent)
+        fj, fd = rj[fast], r_d[fast]
+        slow = rj[~fast]
+        clo, cln = st.lo[fd].astype(np.int64), st.ln[fd].astype(np.int64)
+        olo, oln = vlo[fj].astype(np.int64), vln[fj].astype(np.int64)
+        overlap = ((olo - clo) % p < cln) | ((clo - olo) % p < oln)
+        after = (~overlap) & ((clo + cln) % p == olo)
+        before = (~overlap) & ~after & ((olo + oln) % p == clo)
+        apart = ~overlap & ~after & ~before
+        # Apply copies first (they never share a slot with a live reduction now).
+        st.rows[d[cj]] = va[cj]
+        for j in cj[vc[cj] == SPILLED].tolist():
+            st.spill[int(d[j])] = spilled_src[j]
+        new_ln = cln + oln
+        new_lo = np.where(after, clo, olo)
+        new_lo = np.where(new_ln == p, 0, new_lo)
+        ok = after | before
+        st.lo[fd[ok]] = new_lo[ok]
+        st.ln[fd[ok]] = new_ln[ok]
+        for j in fj[overlap].tolist():
+            v: Content = (int(vc[j]), _mask(int(vlo[j]), int(vln[j]), p))
+            self._double(int(mt[j]), int(k[j]), st.content(int(d[j])), v)
+        # Disjoint but not adjacent, and everything else: one chunk at a time through combine, in program order.
+        rest = np.sort(np.concatenate([fj[apart], slow]))
+        if len(rest):
+            by_slot: dict[int, list[int]] = {}
+            for j in rest.tolist():
+                by_slot.setdefault(int(d[j]), []).append(j)
+            for slot, js in by_slot.items():
+                cur = st.content(slot)
+                for j in js:
+                    w = spilled_src[j] if vc[j] == SPILLED else (int(vc[j]), _mask(int(vlo[j]), int(vln[j]), p))
+                    nxt = combine(cur, w, bool(copy[j]), self.idempotent)
+                    if nxt is not None:
+                        cur = nxt
+                    elif cur is None:
+                        self._report(UNINITIALISED_READ, int(mt[j]), int(k[j]),
+                                     "reduces into {where}, which holds nothing", True)
+                    else:
+                        self._double(int(mt[j]), int(k[j]), cur, w)
+                st.set(slot, cur)
+
+    def _double(self, t: int, k: int, cur: Content | None, v: Content) -> None:
+        self._report(DOUBLE_COUNT, t, k, f"{{where}} already holds {describe_text(cur)}; adding {describe_text(v)} "
+                     "counts a contribution twice", True)
+
+    def _race(self, t: int, k: int, other: int) -> None:
+        who = f"transfer {self.schedule.transfer(other)[1]}"
+        self._report(RACE, t, k, f"writes {{where}}, which {who} of the same step also writes "
+                     "(a copy must be the only write to a slot in its step)", True)
+
+
+def run(schedule: Schedule, *, races: bool = True, limit: int = 1000) -> tuple[CompactState, list[Violation]]:
+    """Execute ``schedule`` in lockstep on compact columns; the final state and up to ``limit`` violations."""
+    r = _Runner(schedule, races, limit)
+    bad = r.go()
+    return r.state, bad
+
+
+def check(schedule: Schedule, state: CompactState, limit: int = 1000) -> list[Violation]:
+    """A violation for each slot (up to ``limit``) whose final content differs from the postcondition."""
+    layout = SlotLayout(schedule)
+    slots, chunk, lo, ln = expected_columns(schedule.collective, layout)
+    got_c = state.chunk[slots]
+    differs = (got_c != chunk) | (state.ln[slots] != ln) | ((state.lo[slots] != lo) & (ln != state.p))
+    spilled = got_c == SPILLED
+    bad_slots = slots[differs & ~spilled].tolist()
+    p = state.p
+    for j in np.flatnonzero(spilled).tolist():  # a spilled content may still equal an interval: compare exactly
+        if state.spill[int(slots[j])] != (int(chunk[j]), _mask(int(lo[j]), int(ln[j]), p)):
+            bad_slots.append(int(slots[j]))
+    bad_slots.sort()
+    sel = np.isin(slots, bad_slots[:limit])
+    want_of = {int(s): (int(c), _mask(int(a), int(n), p))
+               for s, c, a, n in zip(slots[sel], chunk[sel], lo[sel], ln[sel], strict=True)}
+    out: list[Violation] = []
+    for slot in bad_slots[:limit]:
+        r, buf, i = layout.where(slot)
+        want, got = want_of[slot], state.content(slot)
+        msg = f"rank {r} {buf}[{i}]: expected {describe_text(want)}, got {describe_text(got)}"
+        out.append(Violation(WRONG_SLOT, msg, rank=r, buf=buf.value, index=i, expected=want, actual=got))
+    if len(bad_slots) > limit:
+        out.append(Violation(WRONG_SLOT, f"{len(bad_slots) - limit} more wrong slot(s) not listed"))
+    return out
+
+
+def verdict(schedule: Schedule, *, races: bool = True, limit: int = 1000) -> list[Violation]:
+    """Every violation ``sim.verify.verifier.verify`` would find (up to ``limit`` of each list); empty when correct."""
+    state, bad = run(schedule, races=races, limit=limit)
+    return bad + check(schedule, state, limit)
