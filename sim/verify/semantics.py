@@ -18,6 +18,7 @@ case is a 2-tuple and a union is one ``|`` (bitsets make this fast).
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections.abc import Sequence
 
@@ -171,17 +172,12 @@ def expected_state(coll: Collective, layout: SlotLayout) -> dict[int, Content]:
 
 
 def _ranges(mask: int) -> str:
+    """The set bits of ``mask`` as maximal rising runs, e.g. ``0-2,4-7`` for 0b11110111 (``""`` for 0)."""
     parts: list[str] = []
-    s = 0
-    while mask:
-        if mask & 1:
-            e = s
-            while mask & 2:
-                mask >>= 1
-                e += 1
-            parts.append(str(s) if s == e else f"{s}-{e}")
-        mask >>= 1
-        s += 1
+    bits = bin(mask)[:1:-1]  # bit i at position i
+    for m in re.finditer("1+", bits):
+        s, e = m.start(), m.end() - 1
+        parts.append(str(s) if s == e else f"{s}-{e}")
     return ",".join(parts)
 
 
