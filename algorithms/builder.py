@@ -1,11 +1,19 @@
 """A small builder so that an algorithm reads like its paper's pseudocode.
 
-    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p), "ring")
-    for s in range(p - 1):
-        with b.step():
-            for r in range(p):
-                b.reduce(r, (r + 1) % p, (r - s) % p)
-    schedule = b.build()
+>>> from algorithms.ir import Collective, Kind
+>>> p = 4
+>>> b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p), "ring")
+>>> for s in range(p - 1):                       # reduce-scatter: chunk (r - s) goes r -> r + 1
+...     with b.step():
+...         for r in range(p):
+...             b.reduce(r, (r + 1) % p, (r - s) % p)
+>>> for s in range(p - 1):                       # all-gather
+...     with b.step():
+...         for r in range(p):
+...             b.copy(r, (r + 1) % p, (r + 1 - s) % p)
+>>> schedule = b.build()
+>>> len(schedule.steps), schedule.num_transfers
+(6, 24)
 
 Each ``with b.step()`` block is one step: its transfers run concurrently.
 Transfers are appended to flat integer arrays (``Schedule.from_columns``),

@@ -7,10 +7,16 @@
 - ``synth``: the synthesizer as the registered algorithm ``synth`` (``-a synth --param topology=SPEC``),
   registered through the ``collsched.algorithms`` entry point.
 
+>>> from sim.bounds import bound, synthesize
+>>> from sim.engine import simulate
 >>> from sim.topology import ring
->>> b = bound("allgather", ring(4, bandwidth=1e9, latency=0.0), 4e6)
->>> round(b.bound_s * 1e3, 3)  # (p-1)/p * N over two links of 1 GB/s
+>>> topo = ring(4, bandwidth=1e9, latency=0.0)
+>>> b = bound("allgather", topo, 4e6)
+>>> round(b.bound_s * 1e3, 3)  # (p-1)/p * N over each rank's two in-links of 1 GB/s
 1.5
+>>> schedule = synthesize("allgather", topo)
+>>> b.efficiency(simulate(schedule, topo, 4e6).time)
+1.0
 """
 
 from __future__ import annotations
