@@ -81,6 +81,28 @@ def test_simulate_text_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "postcondition OK" in out and "busbw" in out and "closed form" in out
 
 
+def test_closed_form_uses_reduce_bw_overhead_and_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    # Ring all-reduce on ring:8 is contention-free: 14 steps of one 1 MiB chunk (8 MiB / 8) to the next rank,
+    # each paying overhead + latency + chunk/bandwidth, the 7 reduce-scatter steps also chunk/reduce-bw; launch once.
+    argv = ["simulate", "-c", "allreduce", "-a", "ring", "-t", "ring:8", "--size", "8MiB", "--bandwidth", "50GB/s",
+            "--latency", "1us", "--reduce-bw", "10GB/s", "--overhead", "2us", "--launch", "10us"]
+    chunk = 2**20
+    want = 10e-6 + 14 * (1e-6 + 2e-6 + chunk / 50e9) + 7 * chunk / 10e9  # 1.07960448 ms
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    assert json.loads(out)["time_s"] == pytest.approx(want, rel=1e-9)
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    line = next(line for line in out.splitlines() if "closed form" in line)
+    assert line.startswith("  closed form 1.08 ms (")
+    assert "γ=1/1e+10 B/s" in line and "overhead 2e-06 s" in line and "launch 1e-05 s" in line
+    assert line.endswith("simulated / closed form 1.0000")
+    # Without --reduce-bw (free reductions) γ is 0 and says so.
+    code, out, err = run(capsys, *argv[:-6], "--overhead", "2us", "--launch", "10us")
+    line = next(line for line in out.splitlines() if "closed form" in line)
+    assert code == 0 and "γ=0" in line and line.endswith("simulated / closed form 1.0000")
+
+
 def test_simulate_modes_differ_where_the_model_says(capsys: pytest.CaptureFixture[str]) -> None:
     times = {}
     for mode in ("lockstep", "dataflow"):

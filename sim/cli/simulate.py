@@ -64,7 +64,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps({**result.to_dict(), "wall_s": wall, "peak_rss_MiB": peak_rss_mib(),
                           "stretched_pairs": [list(t) for t in stretched], **eff}))
     else:
-        _print_result(result, schedule, wall, args)
+        _print_result(result, schedule, wall, args, opts)
         if b is not None:
             print(f"  bound      {human_time(b.bound_s)} (`collsched bound`), efficiency "
                   f"{100 * b.efficiency(result.time):.1f}%")
@@ -87,8 +87,37 @@ def _print_stretched(stretched: Sequence[tuple[int, int, int]], topo: Any, place
           f"{shown}{more}{hint}")
 
 
-def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.Namespace) -> None:
+def _closed_form_line(schedule: Schedule, result: Any, opts: dict[str, Any], args: argparse.Namespace) -> str:
+    """The registry's closed form with the run's own terms: α = route 0->1's latency + the per-message overhead,
+    β = 1 / its slowest link, γ = 1 / --reduce-bw (0 when reductions are free), plus --launch once."""
     from sim.engine.closed_form import predict, route_alpha_beta
+
+    alg = registry.get(schedule.collective.kind, args.algorithm)
+    if alg.cost is None:
+        return ""
+    route, beta = route_alpha_beta(result.topology)
+    overhead, launch = float(opts["overhead"]), float(opts["launch"])
+    reduce_bw = opts["reduce_bandwidth"]
+    gamma = 1.0 / reduce_bw if reduce_bw else 0.0
+    params = dict(args.param)
+    if args.chunks is not None:
+        params["chunks"] = args.chunks
+    pred = predict(alg.kind, alg.name, result.topology.ranks, result.size, alpha=route + overhead, beta=beta,
+                   gamma=gamma, launch=launch, params=params)
+    alpha = f"α={route + overhead:.3g} s" + (f" (route 0->1 {route:.3g} s + overhead {overhead:.3g} s)"
+                                             if overhead else " (route 0->1)")
+    terms = [alpha, f"β=1/{1 / beta:.4g} B/s (route 0->1)", f"γ=1/{reduce_bw:.4g} B/s" if gamma else "γ=0 (free)"]
+    if launch:
+        terms.append(f"launch {launch:.3g} s")
+    if opts.get("message_cpu"):
+        terms.append("message_cpu not modelled")
+    ratio = f"{result.time / pred.time:.4f}" if pred.time > 0 else "-"
+    return (f"  closed form {human_time(pred.time)} ({pred.formula}; {', '.join(terms)}); "
+            f"simulated / closed form {ratio}")
+
+
+def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.Namespace,
+                  opts: dict[str, Any]) -> None:
 
     topo = result.topology
     print(f"{schedule.name} {schedule.collective.describe()} on {topo.describe()}, {result.mode}, "
@@ -103,15 +132,9 @@ def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.N
         (u, v), busy = max(result.link_busy.items(), key=lambda kv: kv[1])
         print(f"  busiest    link {u}->{v}, busy {100 * busy / result.time:.1f}% of the time")
     if topo.ranks > 1 and getattr(args, "file", None) is None:
-        alg = registry.get(schedule.collective.kind, args.algorithm)
-        if alg.cost is not None:
-            alpha, beta = route_alpha_beta(topo)
-            params = dict(args.param)
-            if args.chunks is not None:
-                params["chunks"] = args.chunks
-            pred = predict(alg.kind, alg.name, topo.ranks, result.size, alpha=alpha, beta=beta, params=params)
-            print(f"  closed form {human_time(pred.time)} ({pred.formula}; α={alpha:.3g} s, β=1/{1 / beta:.4g} B/s "
-                  f"from route 0->1)")
+        line = _closed_form_line(schedule, result, opts, args)
+        if line:
+            print(line)
     if schedule.name.startswith("custom:"):
         print("  postcondition none (an MSCCL-IR custom program: simulated for its timing only)")
     elif result.ok:

@@ -40,8 +40,12 @@ class Prediction:
 
 
 def predict(kind: Kind | str, algorithm: str, p: int, n: float, *, alpha: float, beta: float,
-            gamma: float = 0.0, params: Mapping[str, int] | None = None) -> Prediction:
-    """The closed-form time of ``kind``/``algorithm`` for p ranks and n bytes (nccl-tests size).
+            gamma: float = 0.0, launch: float = 0.0, params: Mapping[str, int] | None = None) -> Prediction:
+    """The closed-form time of ``kind``/``algorithm`` for p ranks and n bytes (nccl-tests size):
+    steps·α + bytes·β + reduced·γ, plus ``launch`` once (the engine's fixed cost per collective).
+
+    To match the simulator's endpoint terms, pass α = route latency + ``overhead`` (each step's message pays
+    both) and γ = 1 / ``reduce_bandwidth``; ``message_cpu`` has no closed form here.
 
     Raises ``RegistryError`` when the algorithm is unknown, cannot serve p,
     or has no registered cost.
@@ -56,7 +60,8 @@ def predict(kind: Kind | str, algorithm: str, p: int, n: float, *, alpha: float,
     c = alg.cost
     steps, nbytes, reduced = c.steps(p, n, resolved), c.bytes(p, n, resolved), c.reduced(p, n, resolved)
     return Prediction(alg.kind, alg.name, p, n, steps, nbytes, reduced,
-                      steps * alpha + nbytes * beta + reduced * gamma, c.formula)
+                      launch + steps * alpha + nbytes * beta + reduced * gamma,
+                      c.formula + (" + launch" if launch else ""))
 
 
 def predict_all(kind: Kind | str, p: int, n: float, *, alpha: float, beta: float,
