@@ -1,4 +1,4 @@
-"""MSCCL-IR interop (algorithms/formats/msccl.py): import, export, the executability check, the file-format dispatch.
+"""MSCCL-IR interop (algorithms/formats/msccl/): import, export, the executability check, the file-format dispatch.
 
 References, none of them the code under test: the collective's postcondition
 (sim.verify.verifier), the foreign corpus and what its SOURCES.md says of each file,
