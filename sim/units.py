@@ -1,7 +1,10 @@
 """Quantities on the command line (sizes, bandwidths, durations, size sweeps) and nccl-tests' size rules.
 
-Sizes take binary units as nccl-tests does (``256MiB``, ``1KiB``, plain
-bytes); bandwidths take decimal units as nccl-tests reports them
+Sizes (``SIZE_FORMS``) take binary units, ``256MiB``, ``1KiB``, ``1TiB``, and
+K, M, G, T alone, binary as in nccl-tests (``-b 1M`` is 2^20 bytes); decimal
+units as users write them, ``64MB`` = 64·10^6, ``1KB`` = 1000 (KB, MB, GB,
+TB are powers of 10^3, as in bandwidths); or plain bytes. Units are
+case-insensitive; a size is never negative. Bandwidths take decimal units as nccl-tests reports them
 (``50GB/s``; a plain number is bytes/s); durations ``1us``, ``2.5ms`` (a
 plain number is seconds). Errors are ``UsageError`` naming the option.
 
@@ -20,12 +23,16 @@ import re
 from algorithms.errors import UsageError
 from algorithms.ir import Kind
 
-__all__ = ["busbw_factor", "count_per_rank", "parse_bandwidth", "parse_duration", "parse_size", "parse_sizes",
-           "sized_buffer"]
+__all__ = ["SIZE_FORMS", "busbw_factor", "count_per_rank", "parse_bandwidth", "parse_duration", "parse_size",
+           "parse_sizes", "sized_buffer"]
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-               "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+               "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+SIZE_FORMS = ("accepted: bytes >= 0 as a plain number or with a unit: B; KiB, MiB, GiB, TiB or K, M, G, T "
+              "(binary, 2^10 steps, as in nccl-tests); KB, MB, GB, TB (decimal, 10^3 steps)")
+"""What ``parse_size`` accepts, quoted in its errors."""
 _BW_UNITS = {"": 1.0, "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
 _TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
@@ -33,7 +40,7 @@ _TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-
 def _quantity(text: str, units: dict[str, float], what: str, hint: str) -> float:
     m = re.fullmatch(_NUMBER + r"\s*([a-zA-Zµ/]*)", text.strip())
     if not m or m.group(2).lower() not in units:
-        raise UsageError(f"{what}: cannot read {text!r} (expected a number with {hint})")
+        raise UsageError(f"{what}: cannot read {text!r} ({hint})")
     value = float(m.group(1)) * units[m.group(2).lower()]
     if not math.isfinite(value):
         raise UsageError(f"{what}: {text!r} is not finite")
@@ -41,13 +48,21 @@ def _quantity(text: str, units: dict[str, float], what: str, hint: str) -> float
 
 
 def parse_size(text: str, what: str = "--size") -> float:
-    """Bytes in ``256MiB``, ``1KiB``, ``4096`` (binary units, nccl-tests style)."""
-    return _quantity(text, {k: float(v) for k, v in _SIZE_UNITS.items()}, what, "B, KiB, MiB or GiB")
+    """Bytes in ``256MiB``, ``1KiB``, ``1M`` (binary), ``64MB`` (decimal), ``4096`` (``SIZE_FORMS``);
+    a negative size is a ``UsageError`` that says so."""
+    units = {k: float(v) for k, v in _SIZE_UNITS.items()}
+    if text.strip().startswith("-"):
+        try:
+            _quantity(text.strip()[1:], units, what, SIZE_FORMS)
+        except UsageError:  # not a number at all: say that instead
+            raise UsageError(f"{what}: cannot read {text!r} ({SIZE_FORMS})") from None
+        raise UsageError(f"{what}: a size cannot be negative, got {text.strip()!r} ({SIZE_FORMS})")
+    return _quantity(text, units, what, SIZE_FORMS)
 
 
 def parse_bandwidth(text: str, what: str = "--bandwidth") -> float:
     """Bytes/s in ``50GB/s``, ``400MB/s``, ``1e9`` (decimal units, as nccl-tests reports)."""
-    value = _quantity(text, _BW_UNITS, what, "B/s, KB/s, MB/s or GB/s")
+    value = _quantity(text, _BW_UNITS, what, "expected a number with B/s, KB/s, MB/s or GB/s")
     if value <= 0:
         raise UsageError(f"{what}: must be positive, got {text!r}")
     return value
@@ -55,7 +70,7 @@ def parse_bandwidth(text: str, what: str = "--bandwidth") -> float:
 
 def parse_duration(text: str, what: str = "--latency") -> float:
     """Seconds in ``1us``, ``2.5ms``, ``1e-6``."""
-    return _quantity(text, _TIME_UNITS, what, "s, ms, us or ns")
+    return _quantity(text, _TIME_UNITS, what, "expected a number with s, ms, us or ns")
 
 
 def parse_sizes(text: str) -> list[float]:

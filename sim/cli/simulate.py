@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -28,7 +29,15 @@ from sim.cli.common import (
 )
 from sim.units import parse_size
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "dash_values"]
+
+
+def dash_values(parser: argparse.ArgumentParser) -> None:
+    """Let an option's value start with a dash and a digit (``--size -5MiB``), so that it reaches the option's
+    own check (a size cannot be negative) instead of argparse's "expected one argument". Python 3.13's argparse
+    reads such words so already; 3.11 and 3.12 only take plain negative numbers (``-5``). The parser has no
+    option spelled like a number, so nothing else changes."""
+    parser._negative_number_matcher = re.compile(r"-\.?[0-9]")
 
 
 def _write_outputs(result: Any, args: argparse.Namespace) -> None:
@@ -150,9 +159,12 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("simulate", help="simulate a schedule on a topology (time, bandwidth, trace)")
     add_schedule_args(p, ranks=False)
     add_network_args(p)
-    p.add_argument("--size", "-s", required=True, metavar="N", help="message size (nccl-tests convention), e.g. 256MiB")
+    p.add_argument("--size", "-s", required=True, metavar="N",
+                   help="message size (nccl-tests convention), e.g. 256MiB, 1M (binary, as in nccl-tests) or 64MB "
+                        "(decimal)")
     p.add_argument("--trace", metavar="F.json", help="write a Chrome/Perfetto trace")
     p.add_argument("--plot", metavar="F.png", help="write a timeline plot")
     add_common_args(p, json_help='print {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "engine", '
                                  '"wall_s", "peak_rss_MiB"}')
+    dash_values(p)
     p.set_defaults(func=_cmd_simulate)

@@ -24,6 +24,7 @@ from sim.cli.common import (
     topology_from_args,
     want_bound,
 )
+from sim.cli.simulate import dash_values
 from sim.units import parse_sizes
 
 __all__ = ["add_parser"]
@@ -142,7 +143,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--root", "-r", type=int, metavar="R", help="root rank for rooted kinds (default 0)")
     add_network_args(p)
     p.add_argument("--sizes", required=True, metavar="A:B", help="A:B doubles from A to B; A:B:F multiplies by F; "
-                                                                   "or A,B,C")
+                                                                   "or A,B,C; sizes as --size of simulate (1MiB, "
+                                                                   "1M binary; 1MB decimal)")
     p.add_argument("--plot", metavar="F.png", help="write a plot of time vs size per algorithm")
     add_common_args(p, json_help="print the results as JSON")
+    dash_values(p)
     p.set_defaults(func=_cmd_sweep)
