@@ -27,11 +27,12 @@ runners.calibrate --out F``) and measures what the model needs
 6. the runner's private copy of a buffer (zero-filled, then copied) into
    fresh memory: what an out-of-place schedule that writes its input costs
    before its first transfer, which the engine does not see; predictions
-   add it (``copy_seconds``).
+   add it (``sim.machine.predict.copy_seconds``).
 
-It writes a machine file (``sim.machine.model``): the ``host`` topology (per-rank
-send/receive links at B, α on the host link, the host cap), the engine
-parameters, and the measurements and fits under ``model``.
+The parent process fits the record (``sim.machine.calibration.fit_machine``)
+and writes a machine file (``sim.machine.model``): the ``host`` topology
+(per-rank send/receive links at B, α on the host link, the host cap), the
+engine parameters, and the measurements and fits under ``model``.
 
 ``validate`` measures the runner (``runners.bench.measure``: schedule and
 torch's collective interleaved, median of the slowest rank's time; the
@@ -39,18 +40,24 @@ median over ``--launches`` launches) for every algorithm of allreduce,
 allgather, reducescatter, broadcast and alltoall at each size, simulates the
 same schedule on the machine, and prints measured, predicted and error, then
 the median and 90th-percentile absolute error and how often the predicted-
-fastest algorithm is measured-fastest or within 10% of it.
+fastest algorithm is measured-fastest or within 10% of it
+(``sim.machine.predict``).
 
 ``tune`` simulates every algorithm of each kind on the machine at each size
 band and writes the ``COLLSCHED_TUNING`` file (``collsched.tuning/1``) with
-the fastest, and its predicted time, per band and world size.
+the fastest, and its predicted time, per band and world size
+(``sim.machine.tune``; within its margin it keeps the policy's hand-made
+band, ``hand_made_preference``).
+
+This module holds what runs on gloo ranks (the measurements) and the
+command lines; the fitting, prediction and tuning are numpy-only and live in
+``sim.machine``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -58,16 +65,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from algorithms import registry
 from algorithms.errors import CollschedError
-from algorithms.ir import BUFS, Buf, Kind, Schedule
+from algorithms.ir import Kind
 from sim import units
+from sim.machine.calibration import calibration_report, fit_machine
+from sim.machine.fit import CalibrationError
+from sim.machine.model import Machine
+from sim.machine.predict import (
+    algorithms_for,
+    build_schedule,
+    load_machine,
+    plot_validation,
+    predict,
+    validation_stats,
+    validation_table,
+)
+from sim.machine.tune import Preference, tune
 
-__all__ = ["CalibrationError", "Fit", "add_parser", "algorithms_for", "fit_alpha_beta", "fit_host_cap", "fit_knee",
-           "fit_linear", "fit_machine", "fit_robust", "fit_runner", "load_machine", "main", "measure", "predict",
-           "summarise", "tune", "validate"]
+__all__ = ["COLLECTIVE_CASES", "COPY_SIZES", "RUNNER_CASES", "RUNNER_SIZES", "VALIDATE_KINDS", "CalibrationError",
+           "add_parser", "hand_made_preference", "main", "measure", "validate"]
 
 KIB, MIB = 1 << 10, 1 << 20
 P2P_SIZES = (8, KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB)
@@ -87,99 +104,6 @@ COPY_SIZES = (64 * MIB, 128 * MIB)
 """Sizes of the buffer-copy benchmark: above glibc's largest mmap threshold (32 MiB), so that every copy
 lands in freshly mapped pages, as the runner's private copies do (smaller sizes would reuse warm heap)."""
 VALIDATE_KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
-
-
-class CalibrationError(CollschedError, ValueError):
-    """Calibration, validation or tuning options that cannot work; the message names the option or file."""
-
-
-# ---------------------------------------------------------------- fits (numpy only)
-
-
-Floats = Sequence[float] | np.ndarray
-"""Measurements: a list of floats or a numpy array."""
-
-
-class Fit(dict[str, Any]):
-    """A fit's parameters and residual as a JSON-ready dict."""
-
-
-def fit_linear(x: Floats, y: Floats, *, weights: Floats | None = None,
-               ) -> tuple[float, float, float]:
-    """Least squares ``y ≈ a + b·x`` with a, b >= 0. ``weights`` default to 1/y, so that each point's
-    relative error counts the same. Returns (a, b, rms of the weighted residuals: the rms relative error
-    with the default weights)."""
-    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(xs) < 2 or len(xs) != len(ys) or not np.all(np.isfinite(ys)):
-        raise CalibrationError(f"a fit needs at least 2 finite measurements, got {len(ys)}")
-    if weights is None:
-        if not np.all(ys > 0):
-            raise CalibrationError("a relative fit needs positive measurements")
-        w = 1.0 / ys
-    else:
-        w = np.asarray(weights, dtype=float)
-
-    def sse(ab: tuple[float, float]) -> float:
-        return float(np.sum(((ab[0] + ab[1] * xs - ys) * w) ** 2))
-
-    a_mat = np.stack([np.ones_like(xs), xs], axis=1) * w[:, None]
-    sol, *_ = np.linalg.lstsq(a_mat, ys * w, rcond=None)
-    a, b = float(sol[0]), float(sol[1])
-    if a < 0 or b < 0:  # the optimum is outside a, b >= 0: the best fit lies on an edge (a = 0 or b = 0)
-        ww = w * w
-        b0 = max(float(np.sum(ww * xs * ys) / np.sum(ww * xs * xs)), 0.0) if np.any(xs != 0) else 0.0
-        a0 = max(float(np.sum(ww * ys) / np.sum(ww)), 0.0)
-        a, b = min([(0.0, b0), (a0, 0.0)], key=sse)
-    return a, b, math.sqrt(sse((a, b)) / len(xs))
-
-
-def fit_robust(x: Floats, y: Floats, *, weights: Floats | None = None,
-               ) -> tuple[float, float, float, list[int]]:
-    """``fit_linear``, then drop the worst point while its weighted residual is over 20% and over 3x the
-    median one (at most a third of the points: load from elsewhere makes outliers, not trends), and refit.
-    Returns (a, b, rms over the kept points, indices dropped)."""
-    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    w = (1.0 / ys) if weights is None else np.asarray(weights, dtype=float)
-    keep = list(range(len(xs)))
-    dropped: list[int] = []
-    while True:
-        a, b, rms = fit_linear(xs[keep], ys[keep], weights=w[keep])
-        if len(dropped) >= len(xs) // 3 or len(keep) <= 3:
-            return a, b, rms, dropped
-        res = np.abs((a + b * xs[keep] - ys[keep]) * w[keep])
-        worst = int(np.argmax(res))
-        if res[worst] <= max(0.2, 3 * float(np.median(res))):
-            return a, b, rms, dropped
-        dropped.append(keep.pop(worst))
-
-
-def fit_alpha_beta(sizes: Floats, times: Floats) -> Fit:
-    """``t = α + b/B`` over the sizes (robust, relative): α (s), B (bytes/s), rms and max relative residual
-    over the kept sizes, and the sizes dropped as outliers."""
-    a, b, rms, dropped = fit_robust(sizes, times)
-    xs, ys = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
-    keep = [i for i in range(len(xs)) if i not in dropped]
-    worst = float(np.max(np.abs(a + b * xs[keep] - ys[keep]) / ys[keep]))
-    return Fit(alpha_s=a, bandwidth_Bps=(1.0 / b if b > 0 else math.inf), rms_rel=rms, max_rel=worst,
-               dropped_sizes=[float(xs[i]) for i in sorted(dropped)])
-
-
-def fit_knee(sizes: Floats, times: Floats) -> Fit:
-    """Two α-β segments split at the knee (the split with the smallest total squared relative residual;
-    each segment has at least 2 sizes). ``knee_bytes`` is the first size of the upper segment."""
-    order = np.argsort(sizes)
-    xs, ys = np.asarray(sizes, dtype=float)[order], np.asarray(times, dtype=float)[order]
-    best: tuple[float, int] | None = None
-    for k in range(2, len(xs) - 1):
-        lo, hi = fit_linear(xs[:k], ys[:k]), fit_linear(xs[k:], ys[k:])
-        sse = lo[2] ** 2 * k + hi[2] ** 2 * (len(xs) - k)
-        if best is None or sse < best[0]:
-            best = (sse, k)
-    if best is None:
-        raise CalibrationError(f"a knee needs at least 4 sizes, got {len(xs)}")
-    k = best[1]
-    below, above = fit_alpha_beta(xs[:k], ys[:k]), fit_alpha_beta(xs[k:], ys[k:])
-    return Fit(knee_bytes=float(xs[k]), below=below, above=above, rms_rel=math.sqrt(best[0] / len(xs)))
 
 
 # ---------------------------------------------------------------- measurements (in every rank; torch)
@@ -380,448 +304,21 @@ def measure(rank: int, check: bool = True, rounds: int = 3) -> dict[str, Any]:
     return rec
 
 
-# ---------------------------------------------------------------- the model (parent side, no torch)
+# ---------------------------------------------------------------- tune's preference (the policy's hand-made bands)
 
 
-def _flow_time(flows: Sequence[tuple[int, int]], nbytes: float, alpha: float, bw: float, cap: float) -> float:
-    """A pattern's time on the host model with equal sharing: α + bytes / the slowest flow's rate."""
-    sends: dict[int, int] = {}
-    recvs: dict[int, int] = {}
-    for s, d in flows:
-        sends[s] = sends.get(s, 0) + 1
-        recvs[d] = recvs.get(d, 0) + 1
-    rate = min(min(bw / sends[s], bw / recvs[d]) for s, d in flows)
-    rate = min(rate, cap / len(flows))
-    return alpha + nbytes / rate
-
-
-def fit_host_cap(rec: dict[str, Any], alpha: float, bw: float) -> Fit:
-    """The host-wide cap H (bytes/s, inf: none) that best explains the flow patterns, by a search over H."""
-    pats, times = rec["patterns"], rec["flows"]
-    nbytes = float(rec["flow_bytes"])
-    p = int(rec["ranks"])
-
-    def err(cap: float) -> float:
-        return float(sum(((_flow_time(pats[k], nbytes, alpha, bw, cap) - t) / t) ** 2 for k, t in times.items()))
-
-    grid = [math.inf, *(bw * f for f in np.geomspace(0.25, 2.0 * p, 200))]
-    cap = min(grid, key=err)
-    return Fit(host_bandwidth_Bps=cap if math.isfinite(cap) else None, rms_rel=math.sqrt(err(cap) / len(times)),
-               predicted_s={k: _flow_time(pats[k], nbytes, alpha, bw, cap) for k in times})
-
-
-def copy_seconds(schedule: Schedule, size: float, copy: Fit | dict[str, Any] | None) -> float:
-    """The gloo runner's memory copies outside the schedule, which the engine does not see: when an
-    out-of-place schedule writes its input, the runner first makes a private copy of it
-    (``runners.buffers``: zero-filled, then copied), costing ``copy``'s α + bytes/B on the rank with the
-    largest input (0 when ``copy`` is None). Local copy transfers are not counted (the engine leaves them free)."""
-    if not copy or schedule.collective.in_place:
-        return 0.0
-    coll = schedule.collective
-    p = coll.ranks
-    piece = size if units.sized_buffer(coll.kind) == "buffer" else size / p
-    chunk = piece / coll.chunks
-    cols = schedule.columns()
-    writers = np.unique(cols.dst[cols.dst_buf == BUFS.index(Buf.INPUT)])
-    if not writers.size:
-        return 0.0
-    nbytes = max(coll.input_chunks(int(r)) for r in writers) * chunk
-    bw = copy.get("bandwidth_Bps")
-    return float(copy.get("alpha_s") or 0.0) + (nbytes / float(bw) if bw else 0.0)
-
-
-def fit_runner(cases: list[dict[str, Any]], topology: Any, reduce_bw: float | None, p: int,
-               copy: Fit | None = None) -> Fit:
-    """The runner's costs: ``launch`` per call and ``message_cpu`` per message (sim.engine.reference), fitted to the
-    measured runs of small schedules with the simulator as the model: for each ``message_cpu`` on a grid,
-    the best ``launch`` is the weighted mean of what remains; the pair with the least squared relative
-    residual wins, after dropping outliers as ``fit_robust`` does."""
-    from sim.engine.reference import simulate
-
-    scheds = [registry.build(c["collective"], c["algorithm"], p, root=0 if c["collective"] == "broadcast" else None,
-                             chunks=c["chunks"]) for c in cases]
-    measured = np.array([c["time_s"] for c in cases])
-    w = 1.0 / measured
-    grid = [0.0, *np.geomspace(1e-6, 1e-3, 40)]
-    copies = np.array([copy_seconds(s, c["size"], copy) for s, c in zip(scheds, cases, strict=True)])
-    sims = np.array([[simulate(s, topology, c["size"], reduce_bandwidth=reduce_bw, message_cpu=cpu).time
-                      for s, c in zip(scheds, cases, strict=True)] for cpu in grid]) + copies
-    keep = np.ones(len(cases), dtype=bool)
-
-    def best(keep: np.ndarray) -> tuple[float, int, float]:
-        out = []
-        for g, t in enumerate(sims):
-            ww = w[keep] ** 2
-            launch = max(float(np.sum(ww * (measured[keep] - t[keep])) / np.sum(ww)), 0.0)
-            out.append((float(np.sum(((t[keep] + launch - measured[keep]) * w[keep]) ** 2)), g, launch))
-        sse, g, launch = min(out)
-        return launch, g, math.sqrt(sse / int(keep.sum()))
-
-    while True:
-        launch, g, rms = best(keep)
-        res = np.abs((sims[g] + launch - measured) * w)
-        res[~keep] = 0.0
-        worst = int(np.argmax(res))
-        if (len(cases) - int(keep.sum()) >= len(cases) // 3 or int(keep.sum()) <= 3
-                or res[worst] <= max(0.2, 3 * float(np.median(res[keep])))):
-            break
-        keep[worst] = False
-    for c, t in zip(cases, sims[g], strict=True):
-        c["predicted_s"] = float(t + launch)
-    return Fit(launch_s=launch, message_cpu_s=float(grid[g]), rms_rel=rms,
-               dropped=[i for i in range(len(cases)) if not keep[i]], cases=cases)
-
-
-def _search(f: Callable[[float], float], lo: float, hi: float, points: int = 60) -> float:
-    """The x in [lo, hi] (or inf) with the least f(x): a geometric grid, then golden-section search in
-    log x between the best point's neighbours."""
-    grid = list(np.geomspace(lo, hi, points))
-    vals = [f(x) for x in grid]
-    k = int(np.argmin(vals))
-    if f(math.inf) < vals[k]:
-        return math.inf
-    a, b = math.log(grid[max(k - 1, 0)]), math.log(grid[min(k + 1, points - 1)])
-    ratio = (math.sqrt(5) - 1) / 2
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    fc, fd = f(math.exp(c)), f(math.exp(d))
-    for _ in range(25):
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - ratio * (b - a)
-            fc = f(math.exp(c))
-        else:
-            a, c, fc = c, d, fd
-            d = a + ratio * (b - a)
-            fd = f(math.exp(d))
-    best = min((fc, math.exp(c)), (fd, math.exp(d)), (vals[k], grid[k]))
-    return float(best[1])
-
-
-def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: float, host_bw: float,
-                    reduce_bw: float | None, launch: float, message_cpu: float, copy: Fit | None = None) -> Fit:
-    """The host cap H and γ that best explain large runner collectives (``COLLECTIVE_CASES``), with the
-    simulator as the model and the other figures held: H by a search for the least squared relative error
-    of the cases without reductions, then γ over the reducing ones with that H. Falls back to ``host_bw`` or
-    ``reduce_bw`` when no case of that sort was measured."""
-    from sim.engine.reference import simulate
-    from sim.machine.model import host
-
-    reducing = {Kind.ALLREDUCE, Kind.REDUCESCATTER, Kind.REDUCE}
-    scheds = [registry.build(c["collective"], c["algorithm"], p, chunks=c["chunks"]) for c in cases]
-    measured = np.array([float(c["time_s"]) for c in cases])
-    copies = [copy_seconds(s, c["size"], copy) for s, c in zip(scheds, cases, strict=True)]
-    move = [i for i, s in enumerate(scheds) if s.collective.kind not in reducing]
-    red = [i for i, s in enumerate(scheds) if s.collective.kind in reducing]
-
-    def times(cap: float, gamma: float | None, idx: list[int]) -> np.ndarray:
-        topo = host(p, bandwidth=bw, latency=alpha, host_bandwidth=cap if math.isfinite(cap) else None)
-        gamma = gamma if gamma is not None and math.isfinite(gamma) else None  # inf: reductions are free
-        return np.array([simulate(scheds[i], topo, cases[i]["size"], reduce_bandwidth=gamma, launch=launch,
-                                  message_cpu=message_cpu).time + copies[i] for i in idx])
-
-    def err(t: np.ndarray, idx: list[int]) -> float:
-        return float(np.sum(((t - measured[idx]) / measured[idx]) ** 2))
-
-    cap = host_bw
-    if move:
-        cap = _search(lambda h: err(times(h, reduce_bw, move), move), bw * 0.25, bw * 2.0 * p)
-    gamma = reduce_bw
-    if red:
-        base = reduce_bw if reduce_bw is not None else bw
-        g = _search(lambda g: err(times(cap, g, red), red), base * 0.01, base * 4.0)
-        gamma = g if math.isfinite(g) else None
-    every = list(range(len(cases)))
-    predicted = times(cap, gamma, every)
-    rel = (predicted - measured) / measured
-    return Fit(host_bandwidth_Bps=float(cap) if math.isfinite(cap) else None,
-               reduce_bandwidth_Bps=None if gamma is None else float(gamma),
-               rms_rel=float(np.sqrt(np.mean(rel ** 2))) if len(rel) else 0.0,
-               cases=[{**c, "predicted_s": float(t)} for c, t in zip(cases, predicted, strict=True)])
-
-
-def fit_machine(rec: dict[str, Any]) -> Any:
-    """The machine model (``sim.machine.model.Machine``) fitted to ``measure``'s record; fits under ``model``."""
-    from sim.machine.model import EngineParams, Machine, host
-
-    p = int(rec["ranks"])
-    sizes = [float(s) for s in rec["p2p_sizes"]]
-    pairs = {pair: fit_alpha_beta(sizes, t) for pair, t in rec["p2p"].items()}
-    pooled = [_median([t[i] for t in rec["p2p"].values()]) for i in range(len(sizes))]
-    p2p = fit_alpha_beta(sizes, pooled)
-    knee = fit_knee(sizes, pooled)
-    alpha, bw = float(p2p["alpha_s"]), float(p2p["bandwidth_Bps"])
-    cap = fit_host_cap(rec, alpha, bw)
-    host_bw = math.inf if cap["host_bandwidth_Bps"] is None else float(cap["host_bandwidth_Bps"])
-    gamma: dict[str, Fit] = {}
-    for dtype, rows in rec["reduce"].items():
-        gamma[dtype] = Fit({how: fit_alpha_beta([float(s) for s in rec["reduce_sizes"]], t)
-                            for how, t in rows.items()})
-    reduce_bw = float(gamma["float32"]["together"]["bandwidth_Bps"]) if "float32" in gamma else None
-    topo = host(p, bandwidth=bw, latency=alpha, host_bandwidth=host_bw if math.isfinite(host_bw) else None,
-                name=f"calibrated:{p}")
-    copy = fit_alpha_beta([float(x) for x in rec["copy_sizes"]], rec["copies"]) if rec.get("copies") else None
-    runner = fit_runner(rec["runner"], topo, reduce_bw, p, copy)
-    coll: Fit | None = None
-    if rec.get("collectives"):
-        # What collectives see, not what the flow patterns suggest, sets H and γ (at 4 ranks the patterns'
-        # cap was half of what large collectives reach); the runner's costs are refitted with them, twice.
-        for _ in range(2):
-            coll = fit_collectives(rec["collectives"], p, alpha=alpha, bw=bw, host_bw=host_bw, reduce_bw=reduce_bw,
-                                   launch=float(runner["launch_s"]), message_cpu=float(runner["message_cpu_s"]),
-                                   copy=copy)
-            hb = coll["host_bandwidth_Bps"]
-            host_bw = math.inf if hb is None else float(hb)
-            rb = coll["reduce_bandwidth_Bps"]
-            reduce_bw = None if rb is None else float(rb)
-            topo = host(p, bandwidth=bw, latency=alpha,
-                        host_bandwidth=host_bw if math.isfinite(host_bw) else None, name=f"calibrated:{p}")
-            runner = fit_runner(rec["runner"], topo, reduce_bw, p, copy)
-    engine = EngineParams(reduce_bandwidth=reduce_bw, launch=float(runner["launch_s"]),
-                          message_cpu=float(runner["message_cpu_s"]))
-    model = {"source": "collsched calibrate", "ranks": p, "seconds": rec.get("seconds"), "rounds": rec.get("rounds"),
-             "p2p": {"pooled": p2p, "knee": knee, "pairs": pairs, "sizes": sizes, "times_s": rec["p2p"]},
-             "flows": {"bytes": rec["flow_bytes"], "patterns": rec["patterns"], "times_s": rec["flows"], "fit": cap},
-             "reduce": {"sizes": rec["reduce_sizes"], "times_s": rec["reduce"], "fit": gamma},
-             "runner": runner, "runner_check": rec.get("runner_check", True)}
-    if copy is not None:
-        model["copies"] = {"sizes": rec["copy_sizes"], "times_s": rec["copies"], "fit": copy}
-    if coll is not None:
-        model["collectives"] = {"sizes": sorted({c["size"] for c in rec["collectives"]}), "fit": coll}
-    return Machine(topo, engine, _finite(model))
-
-
-def _finite(x: Any) -> Any:
-    """``x`` as plain JSON values: numpy numbers as floats, infinities and NaN as None."""
-    if isinstance(x, dict):
-        return {str(k): _finite(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_finite(v) for v in x]
-    if isinstance(x, float | np.floating):
-        return float(x) if math.isfinite(float(x)) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
-
-
-def _gbps(bw: float | None) -> str:
-    return "unlimited" if bw is None else f"{bw / 1e9:.3f} GB/s"
-
-
-def summary(machine: Any) -> str:
-    """A few lines on the fitted machine."""
-    m, e = machine.model, machine.engine
-    p2p, knee, cap = m["p2p"]["pooled"], m["p2p"]["knee"], m["flows"]["fit"]
-    hb = cap["host_bandwidth_Bps"]
-    lines = [f"# collsched calibrate: {m['ranks']} ranks, {m['seconds'] or 0:.1f} s of measurements "
-             f"({m.get('rounds') or 1} rounds, medians)",
-             f"point-to-point  α = {p2p['alpha_s'] * 1e6:.1f} us, B = {_gbps(p2p['bandwidth_Bps'])} "
-             f"(rms {p2p['rms_rel']:.1%}, max {p2p['max_rel']:.1%}; "
-             f"{len(m['p2p']['pairs'])} pair(s), pooled medians)",
-             f"knee            {knee['knee_bytes']:.0f} B: below α = {knee['below']['alpha_s'] * 1e6:.1f} us, "
-             f"B = {_gbps(knee['below']['bandwidth_Bps'])}; above α = {knee['above']['alpha_s'] * 1e6:.1f} us, "
-             f"B = {_gbps(knee['above']['bandwidth_Bps'])} (rms {knee['rms_rel']:.1%})",
-             f"host cap        {'none' if hb is None else f'{hb / 1e9:.3f} GB/s'} over all ranks' flows "
-             f"(patterns rms {cap['rms_rel']:.1%}: " + ", ".join(
-                 f"{k} {m['flows']['times_s'][k] * 1e3:.2f}/{v * 1e3:.2f} ms" for k, v in cap["predicted_s"].items())
-             + " measured/predicted)"]
-    if "collectives" in m:
-        c = m["collectives"]["fit"]
-        lines.append(f"collectives     host cap {_gbps(c['host_bandwidth_Bps'])}, "
-                     f"reduce {_gbps(c['reduce_bandwidth_Bps'])} (the model's figures: fitted to "
-                     f"{len(c['cases'])} large runner collectives, rms "
-                     f"{c['rms_rel']:.1%}; " + ", ".join(
-                         f"{x['collective']}/{x['algorithm']} {x['size'] >> 20} MiB {x['time_s'] * 1e3:.1f}/"
-                         f"{x['predicted_s'] * 1e3:.1f} ms" for x in c["cases"]) + " measured/predicted)")
-    if "copies" in m:
-        cf = m["copies"]["fit"]
-        lines.append(f"buffer copy     {_gbps(cf['bandwidth_Bps'])} (zero-fill and copy into fresh memory, every rank "
-                     f"at once, α = {cf['alpha_s'] * 1e6:.1f} us; rms {cf['rms_rel']:.1%}): the runner's private "
-                     "input copy")
-    for dtype, g in m["reduce"]["fit"].items():
-        lines.append(f"reduce {dtype:<9} γ = {_gbps(g['together']['bandwidth_Bps'])} every rank at once, "
-                     f"{_gbps(g['alone']['bandwidth_Bps'])} alone (rms {g['together']['rms_rel']:.1%})")
-    r = m["runner"]
-    lines.append(f"runner          launch = {e.launch * 1e6:.1f} us per call, message_cpu = {e.message_cpu * 1e6:.1f} "
-                 f"us per message sent or received (rms {r['rms_rel']:.1%} over {len(r['cases'])} runs, "
-                 f"{len(r['dropped'])} dropped as outliers)")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- validate and tune (simulation side: no torch)
-
-
-def load_machine(path: str, ranks: int | None = None) -> Any:
-    """The machine file at ``path``, for ``ranks`` ranks: a calibrated host (switches tx and rx) is rebuilt
-    with the same figures for another world size; any other topology must have ``ranks`` ranks."""
-    from sim.machine.model import Machine, host, load
-    from sim.topology import TopologyError
-
-    try:
-        m = load(path)
-    except TopologyError as e:
-        raise CalibrationError(f"--machine: {e}") from None
-    topo = m.topology
-    if ranks is None or ranks == topo.ranks:
-        return m
-    switches = {n for n in topo.graph.nodes if isinstance(n, str)}
-    if switches != {"tx", "rx"}:
-        raise CalibrationError(f"--machine {path}: {topo.ranks} ranks, not {ranks}, and not a calibrated host "
-                               "topology that can be resized")
-    bw = topo.bandwidth(0, "tx")
-    return Machine(host(ranks, bandwidth=bw, latency=topo.graph.edges["tx", "rx"]["latency"],
-                        host_bandwidth=topo.bandwidth("tx", "rx"), name=f"{topo.name} as {ranks} ranks"),
-                   m.engine, m.model)
-
-
-def algorithms_for(kind: Kind | str, p: int) -> list[str]:
-    """Names of the registered algorithms of ``kind`` that can serve ``p`` ranks with default parameters."""
-    return [a.name for a in registry.algorithms(kind) if a.unsupported(p) is None]
-
-
-def _build(kind: Kind | str, name: str, p: int, chunks: int = 1) -> Schedule:
-    from algorithms.ir import ROOTED_KINDS
-
-    algorithm = registry.get(kind, name)
-    params = {"chunks": chunks} if any(q.name == "chunks" for q in algorithm.parameters) else {}
-    return algorithm.build(p, root=0 if Kind(kind) in ROOTED_KINDS else None, **params)
-
-
-def predict(machine: Any, kind: str, name: str, p: int, size: float, chunks: int = 1) -> float:
-    """Simulated seconds of one algorithm on the machine (dataflow, as the gloo runner executes)."""
-    sched = _build(kind, name, p, chunks)
-    r = machine.simulate(sched, size)
-    if not r.ok:
-        raise CalibrationError(f"{kind}/{name} on {p} ranks failed its postcondition in simulation")
-    return float(r.time) + copy_seconds(sched, size, _copy_fit(machine))
-
-
-def _copy_fit(machine: Any) -> dict[str, Any] | None:
-    """The machine's fit of the runner's buffer copies (``collsched calibrate``'s ``model.copies``), if any."""
-    copies = (machine.model or {}).get("copies")
-    return copies.get("fit") if isinstance(copies, dict) else None
-
-
-def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Median and 90th-percentile absolute relative error; how often the predicted-fastest algorithm of a
-    (kind, size) is measured-fastest (``exact``) or within 10% of it (``within_10pct``)."""
-    errs = sorted(abs(r["error"]) for r in rows)
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["collective"], r["size"]), []).append(r)
-    exact = near = 0
-    for g in groups.values():
-        pick = min(g, key=lambda r: r["predicted_s"])
-        fastest = min(g, key=lambda r: r["measured_s"])
-        exact += pick is fastest
-        near += pick["measured_s"] <= 1.1 * fastest["measured_s"]
-    n = len(groups)
-    return {"points": len(rows), "median_abs_error": float(np.percentile(errs, 50)) if errs else None,
-            "p90_abs_error": float(np.percentile(errs, 90)) if errs else None, "groups": n,
-            "predicted_fastest_is_fastest": exact / n if n else None,
-            "predicted_fastest_within_10pct": near / n if n else None}
-
-
-def validation_table(rows: Sequence[dict[str, Any]], summ: dict[str, Any]) -> str:
-    lines = ["# collsched validate: measured (runner, median of launches) vs predicted (simulated on the machine)",
-             f"#{'collective':>13} {'algorithm':>20} {'size':>10} {'measured':>12} {'predicted':>12} {'error':>8}"
-             f" {'torch':>12}",
-             f"#{'':>13} {'':>20} {'(B)':>10} {'(us)':>12} {'(us)':>12} {'':>8} {'(us)':>12}"]
-    for r in rows:
-        lines.append(f" {r['collective']:>13} {r['algorithm']:>20} {r['size']:>10} {r['measured_s'] * 1e6:>12.1f} "
-                     f"{r['predicted_s'] * 1e6:>12.1f} {r['error']:>+8.1%} {r['native_s'] * 1e6:>12.1f}")
-    lines.append(f"# {summ['points']} points: median |error| {summ['median_abs_error']:.1%}, 90th percentile "
-                 f"{summ['p90_abs_error']:.1%}; predicted-fastest is measured-fastest at "
-                 f"{summ['predicted_fastest_is_fastest']:.0%} of {summ['groups']} (collective, size) points, "
-                 f"within 10% of it at {summ['predicted_fastest_within_10pct']:.0%}")
-    return "\n".join(lines)
-
-
-def plot_validation(rows: Sequence[dict[str, Any]], path: str) -> None:
-    """Predicted against measured, log-log, one colour per (collective, algorithm), and the diagonal."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 7))
-    labels = sorted({(r["collective"], r["algorithm"]) for r in rows})
-    cmap = plt.get_cmap("tab20")
-    for i, (kind, name) in enumerate(labels):
-        pts = [r for r in rows if (r["collective"], r["algorithm"]) == (kind, name)]
-        ax.scatter([r["measured_s"] * 1e6 for r in pts], [r["predicted_s"] * 1e6 for r in pts], s=18,
-                   color=cmap(i % 20), marker="os^vD"[i // 20 % 5], label=f"{kind}/{name}")
-    lo = min(min(r["measured_s"], r["predicted_s"]) for r in rows) * 1e6 / 1.5
-    hi = max(max(r["measured_s"], r["predicted_s"]) for r in rows) * 1e6 * 1.5
-    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="measured (us)", ylabel="predicted (us)",
-           title=f"collsched validate, {rows[0]['ranks']} ranks")
-    ax.legend(fontsize=6, ncol=2)
-    try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as e:
-        raise CalibrationError(f"--plot {path}: cannot write: {e.strerror or e}") from None
-    finally:
-        plt.close(fig)
-
-
-TUNE_CHUNKS = (1, 2, 4)
-TUNE_MARGIN = 0.15
-"""A choice is kept unless another is predicted faster by more than this fraction: the model's median
-validation error on the development machine (14-18% at 2 and 4 ranks, docs/design.md), below which a
-predicted gain is not to be trusted. At 5% (the noise between launches) tune picked direct all-reduce at
-1 MiB on 4 ranks for a predicted 6% gain, and it was 1.08-2.04x slower than recursive doubling in all of 7
-paired launches."""
-
-
-def tune(machine: Any, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | None = None,
-         ) -> dict[str, list[dict[str, Any]]]:
-    """Per kind, the rules of a ``collsched.tuning/1`` file for ``p`` ranks: at each size the algorithm (and
-    chunks in ``TUNE_CHUNKS``) with the least simulated time; neighbouring sizes with the same choice make
-    one rule, which covers calls up to its largest size (the last: every size). Where the policy's hand-made
-    band (``runners.policy.HAND_DEFAULTS``), or else the previous size's choice, is within ``TUNE_MARGIN`` of
-    the least time, it is kept."""
+def hand_made_preference() -> Preference:
+    """What ``sim.machine.tune.tune`` keeps within its margin: the choice of the policy's hand-made bands
+    (``runners.policy.HAND_DEFAULTS``) as (algorithm, chunks)."""
     from runners.policy import HAND_DEFAULTS, Policy
 
     hand_made = Policy(dict(HAND_DEFAULTS))
-    copy = _copy_fit(machine)
-    rules: dict[str, list[dict[str, Any]]] = {}
-    for kind in kinds or registry.kinds():
-        cands: list[tuple[str, int, Schedule]] = []
-        for name in algorithms_for(kind, p):
-            for c in TUNE_CHUNKS:
-                if "chunks" in {q.name for q in registry.get(kind, name).parameters} or c == 1:
-                    cands.append((name, c, _build(kind, name, p, c)))
-        if not cands:
-            continue
-        picks: list[tuple[str, int, float, int]] = []
-        for size in sizes if kind is not Kind.BARRIER else sizes[:1]:
-            times = {(name, c): float(r.time) + copy_seconds(sched, size, copy) for name, c, sched in cands
-                     if (r := machine.simulate(sched, size)).ok}
-            if not times:
-                continue
-            best = min(times, key=lambda k: times[k])  # the first of equals, in registry order
-            # Within the margin a measurement cannot tell: keep the hand-made band's choice, else the previous.
-            d = hand_made.choose(kind, size, p)
-            for keep in ((d.algorithm, dict(d.params).get("chunks", 1)),
-                         (picks[-1][0], picks[-1][1]) if picks else None):
-                if keep in times and times[keep] <= (1 + TUNE_MARGIN) * times[best]:
-                    best = keep
-                    break
-            picks.append((best[0], best[1], times[best], size))
-        kind_rules: list[dict[str, Any]] = []
-        for i, (name, c, _t, size) in enumerate(picks):
-            last = i + 1 == len(picks)
-            if not last and (picks[i + 1][0], picks[i + 1][1]) == (name, c):
-                continue
-            rule: dict[str, Any] = {"algorithm": name, "min_ranks": p, "max_ranks": p}
-            if c != 1:
-                rule["params"] = {"chunks": c}
-            if not last:
-                rule["max_bytes"] = int(size)
-            rule["predicted_s"] = {str(int(sz)): tt for nm, cc, tt, sz in picks if (nm, cc) == (name, c)}
-            kind_rules.append(rule)
-        rules[str(kind)] = kind_rules
-    return rules
+
+    def prefer(kind: Kind, size: int, p: int) -> tuple[str, int]:
+        d = hand_made.choose(kind, size, p)
+        return d.algorithm, int(dict(d.params).get("chunks", 1))
+
+    return prefer
 
 
 # ---------------------------------------------------------------- command lines
@@ -840,7 +337,7 @@ def _spawn(fn: Callable[..., Any], nproc: int, *args: Any, timeout: float = 3600
         raise CalibrationError(f"rank {first.rank}: {text}") from None
 
 
-def _save(machine: Any, path: str) -> None:
+def _save(machine: Machine, path: str) -> None:
     from sim.machine.model import save
 
     try:
@@ -859,7 +356,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         print(json.dumps({"ok": True, "out": args.out, "wall_s": wall, "engine": machine.engine.to_dict(),
                           "model": machine.model}))
     else:
-        print(summary(machine))
+        print(calibration_report(machine))
         print(f"wrote {args.out} ({wall:.1f} s in all)")
     return 0
 
@@ -873,11 +370,11 @@ def _validate_worker(rank: int, cases: list[tuple[str, str]], sizes: list[int], 
     p = dist.get_world_size()
     rows = []
     for kind, name in cases:
-        rows += bench_measure(_build(kind, name, p), sizes, iters=iters, warmup=warmup, check=check)
+        rows += bench_measure(build_schedule(kind, name, p), sizes, iters=iters, warmup=warmup, check=check)
     return rows
 
 
-def validate(machine: Any, p: int, sizes: Sequence[int], *, launches: int = 3, iters: int = 5, warmup: int = 1,
+def validate(machine: Machine, p: int, sizes: Sequence[int], *, launches: int = 3, iters: int = 5, warmup: int = 1,
              kinds: Sequence[str] = VALIDATE_KINDS, check: bool = True, job_timeout: float = 3600.0,
              ) -> list[dict[str, Any]]:
     """Measured (median over launches of bench's medians) and predicted time of every algorithm of each kind."""
@@ -911,7 +408,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     rows = validate(machine, args.nproc, sizes, launches=args.launches, iters=args.iters, warmup=args.warmup,
                     kinds=kinds, check=args.check, job_timeout=args.job_timeout)
-    summ = summarise(rows)
+    summ = validation_stats(rows)
     summ["wall_s"] = time.perf_counter() - t0
     if args.plot:
         plot_validation(rows, args.plot)
@@ -935,7 +432,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             raise CalibrationError(f"--nproc must be >= 1, got {p}")
         own = [i for i, m in enumerate(machines) if m.topology.ranks == p]
         m = machines[own[0]] if own else load_machine(args.machine[0], p)
-        for kind, kind_rules in tune(m, p, sizes).items():
+        for kind, kind_rules in tune(m, p, sizes, prefer=hand_made_preference()).items():
             rules.setdefault(kind, []).extend(kind_rules)
     doc = {"format": TUNING_FORMAT,
            "comment": f"collsched tune --machine {' --machine '.join(args.machine)} "
@@ -1029,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rank == 0:
             machine = fit_machine(rec)
             _save(machine, args.out)
-            print(summary(machine))
+            print(calibration_report(machine))
         return 0
     finally:
         dist.destroy_process_group()

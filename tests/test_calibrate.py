@@ -1,4 +1,4 @@
-"""collsched calibrate / validate / tune (runners.calibrate).
+"""collsched calibrate / validate / tune (runners.calibrate; the fits, predictions and tuning in sim.machine).
 
 The fits are checked on synthetic measurements made from hand-chosen parameters (plus noise and outliers)
 with hand-written closed forms; tune's file is loaded by the policy and its choice checked against the
@@ -19,6 +19,10 @@ from algorithms.ir import Kind
 from runners import calibrate as C
 from runners.policy import Choice, Policy
 from sim.machine import model as M
+from sim.machine.calibration import calibration_report, fit_host_cap, fit_machine
+from sim.machine.fit import CalibrationError, fit_alpha_beta, fit_knee, fit_linear
+from sim.machine.predict import algorithms_for, copy_seconds, load_machine, predict, validation_stats
+from sim.machine.tune import tune
 
 KIB, MIB = 1024, 1 << 20
 SIZES = [8, KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB]
@@ -36,24 +40,24 @@ def test_alpha_beta_fit_recovers_known_parameters_despite_outliers() -> None:
     alpha, bw = 50e-6, 3e9
     times = _noisy([alpha + s / bw for s in SIZES], seed=1)
     times[2] *= 4.0  # a burst of load from elsewhere
-    fit = C.fit_alpha_beta(SIZES, times)
+    fit = fit_alpha_beta(SIZES, times)
     assert fit["alpha_s"] == pytest.approx(alpha, rel=0.05)
     assert fit["bandwidth_Bps"] == pytest.approx(bw, rel=0.05)
     assert fit["dropped_sizes"] == [4 * KIB] and fit["rms_rel"] < 0.05
-    with pytest.raises(C.CalibrationError):
-        C.fit_alpha_beta([1.0], [1.0])
+    with pytest.raises(CalibrationError):
+        fit_alpha_beta([1.0], [1.0])
 
 
 def test_linear_fit_stays_non_negative() -> None:
     # Times that fall with size would give a negative slope: the fit keeps b >= 0 (a constant).
-    a, b, _ = C.fit_linear([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])
+    a, b, _ = fit_linear([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])
     assert b == 0.0 and a > 0
 
 
 def test_knee_fit_finds_the_protocol_switch() -> None:
     below = [20e-6 + s / 8e9 for s in SIZES if s < MIB]
     above = [200e-6 + s / 2e9 for s in SIZES if s >= MIB]
-    fit = C.fit_knee(SIZES, _noisy(below + above, seed=2, spread=0.01))
+    fit = fit_knee(SIZES, _noisy(below + above, seed=2, spread=0.01))
     assert fit["knee_bytes"] == MIB
     assert fit["below"]["alpha_s"] == pytest.approx(20e-6, rel=0.05)
     assert fit["above"]["bandwidth_Bps"] == pytest.approx(2e9, rel=0.05)
@@ -136,7 +140,7 @@ def _collectives(p: int, alpha: float, bw: float, cap: float, gamma: float, laun
 @pytest.mark.parametrize("p", [2, 4])
 def test_machine_fit_recovers_every_parameter(p: int, tmp_path: Path) -> None:
     alpha, bw, cap, gamma, launch, cpu = 60e-6, 4e9, 3e9, 30e9, 150e-6, 40e-6
-    m = C.fit_machine(_record(p, alpha, bw, cap, gamma, launch, cpu))
+    m = fit_machine(_record(p, alpha, bw, cap, gamma, launch, cpu))
     topo, e = m.topology, m.engine
     assert topo.ranks == p
     assert topo.graph.edges["tx", "rx"]["latency"] == pytest.approx(alpha, rel=0.05)
@@ -160,12 +164,12 @@ def test_collectives_set_the_host_cap_and_gamma_when_the_flow_patterns_disagree(
     alpha, bw, launch, cpu = 60e-6, 4e9, 150e-6, 40e-6
     rec = _record(p, alpha, bw, 1.5e9, 30e9, launch, cpu)
     rec["collectives"] = _collectives(p, alpha, bw, 3e9, 2e9, launch, cpu)
-    m = C.fit_machine(rec)
+    m = fit_machine(rec)
     assert m.model["flows"]["fit"]["host_bandwidth_Bps"] == pytest.approx(1.5e9, rel=0.05)  # what flows say
     assert m.topology.bandwidth("tx", "rx") == pytest.approx(3e9, rel=0.05)
     assert m.engine.reduce_bandwidth == pytest.approx(2e9, rel=0.05)
     assert m.model["collectives"]["fit"]["rms_rel"] < 0.03
-    assert "collectives     host cap 3.0" in C.summary(m)
+    assert "collectives     host cap 3.0" in calibration_report(m)
 
 
 def test_copy_seconds_counts_the_private_input_copy_of_out_of_place_schedules_that_write_their_input() -> None:
@@ -174,29 +178,30 @@ def test_copy_seconds_counts_the_private_input_copy_of_out_of_place_schedules_th
     rs = {name: registry.build("reducescatter", name, 2) for name in ("ring", "direct")}
     # 2 ranks: the ring writes only outputs; direct reduces into input chunk 0 on rank 0 and 1 on rank 1, so
     # each rank copies its whole input, which is the sized buffer of a reduce-scatter: 64 MiB.
-    assert C.copy_seconds(rs["ring"], size, copy) == 0.0
-    assert C.copy_seconds(rs["direct"], size, copy) == pytest.approx(1e-5 + size / 1e9)
+    assert copy_seconds(rs["ring"], size, copy) == 0.0
+    assert copy_seconds(rs["direct"], size, copy) == pytest.approx(1e-5 + size / 1e9)
     # 4 ranks: the ring reduces into input chunks too.
-    assert C.copy_seconds(registry.build("reducescatter", "ring", 4), size, copy) == pytest.approx(1e-5 + size / 1e9)
+    assert copy_seconds(registry.build("reducescatter", "ring", 4), size, copy) == pytest.approx(1e-5 + size / 1e9)
     # In-place kinds and schedules that write only outputs copy nothing; no fit: nothing.
-    assert C.copy_seconds(registry.build("allreduce", "ring", 4), size, copy) == 0.0
-    assert C.copy_seconds(registry.build("allgather", "ring", 4), size, copy) == 0.0
-    assert C.copy_seconds(rs["direct"], size, None) == 0.0
+    assert copy_seconds(registry.build("allreduce", "ring", 4), size, copy) == 0.0
+    assert copy_seconds(registry.build("allgather", "ring", 4), size, copy) == 0.0
+    assert copy_seconds(rs["direct"], size, None) == 0.0
 
 
 def test_a_calibrated_copy_makes_predictions_and_tune_count_it(tmp_path: Path) -> None:
     """The machine's copy fit reaches predict (the difference is the hand-made copy time) and tune."""
-    m = C.fit_machine(_record(2, 60e-6, 4e9, 3e9, 30e9, 150e-6, 40e-6))
+    m = fit_machine(_record(2, 60e-6, 4e9, 3e9, 30e9, 150e-6, 40e-6))
     assert m.model["copies"]["fit"]["bandwidth_Bps"] == pytest.approx(COPY_BW, rel=0.01)
     bare = M.Machine(m.topology, m.engine, {})
     size = 64 * MIB
-    extra = C.predict(m, "reducescatter", "direct", 2, size) - C.predict(bare, "reducescatter", "direct", 2, size)
+    extra = predict(m, "reducescatter", "direct", 2, size) - predict(bare, "reducescatter", "direct", 2, size)
     assert extra == pytest.approx(COPY_ALPHA + size / COPY_BW, rel=0.01)
-    assert C.predict(m, "reducescatter", "ring", 2, size) == C.predict(bare, "reducescatter", "ring", 2, size)
+    assert predict(m, "reducescatter", "ring", 2, size) == predict(bare, "reducescatter", "ring", 2, size)
     # tune: at 64 KiB on 2 ranks the built-in default, recursive halving, writes its input; with a copy
     # this slow (65 ms) an algorithm that does not (the ring) wins, without it the default stays.
     slow = M.Machine(m.topology, m.engine, {"copies": {"fit": {"alpha_s": 0.0, "bandwidth_Bps": 1e6}}})
-    pick = {name: C.tune(x, 2, [64 * KIB], kinds=[Kind.REDUCESCATTER])["reducescatter"][0]["algorithm"]
+    hand_made = C.hand_made_preference()
+    pick = {name: tune(x, 2, [64 * KIB], kinds=[Kind.REDUCESCATTER], prefer=hand_made)["reducescatter"][0]["algorithm"]
             for name, x in (("slow", slow), ("bare", bare))}
     assert pick == {"slow": "ring", "bare": "recursive_halving"}
 
@@ -205,21 +210,21 @@ def test_without_collectives_the_flow_patterns_set_the_host_cap() -> None:
     """Records from before the collectives existed still fit, with the patterns' cap."""
     rec = _record(4, 60e-6, 4e9, 1.5e9, 30e9, 150e-6, 40e-6)
     del rec["collectives"]
-    m = C.fit_machine(rec)
+    m = fit_machine(rec)
     assert m.topology.bandwidth("tx", "rx") == pytest.approx(1.5e9, rel=0.05)
     assert "collectives" not in m.model
 
 
 def test_no_host_cap_when_the_flows_do_not_show_one() -> None:
     rec = _record(4, 60e-6, 4e9, math.inf, 30e9, 0.0, 0.0)
-    fit = C.fit_host_cap(rec, 60e-6, 4e9)
+    fit = fit_host_cap(rec, 60e-6, 4e9)
     assert fit["host_bandwidth_Bps"] is None  # JSON-ready: no cap
 
 
-# -- validate's summary --------------------------------------------------------------------------------------
+# -- validate's stats ------------------------------------------------------------------------------------------
 
 
-def test_summary_counts_errors_and_predicted_fastest() -> None:
+def test_validation_stats_count_errors_and_predicted_fastest() -> None:
     def row(alg: str, size: int, measured: float, predicted: float) -> dict:
         return {"collective": "allgather", "algorithm": alg, "size": size, "measured_s": measured,
                 "predicted_s": predicted, "error": predicted / measured - 1}
@@ -227,7 +232,7 @@ def test_summary_counts_errors_and_predicted_fastest() -> None:
     rows = [row("a", 1, 1.0, 1.1), row("b", 1, 2.0, 1.0),   # predicted b, measured a: b is 2x slower: a miss
             row("a", 2, 1.0, 0.9), row("b", 2, 1.05, 1.0),  # predicted a = measured a: a hit
             row("a", 3, 1.08, 1.0), row("b", 3, 1.0, 1.2)]  # predicted a, 8% slower than b: within 10%
-    s = C.summarise(rows)
+    s = validation_stats(rows)
     errs = sorted([0.1, 0.5, 0.1, 1 / 1.05 - 1, 1 / 1.08 - 1, 0.2], key=abs)
     assert s["median_abs_error"] == pytest.approx(float(np.percentile([abs(e) for e in errs], 50)))
     assert s["groups"] == 3
@@ -263,13 +268,13 @@ def test_tune_resizes_a_calibrated_host(tmp_path: Path) -> None:
     m = M.Machine(M.host(2, bandwidth=2e9, latency=50e-6, host_bandwidth=3e9), M.EngineParams(launch=1e-4))
     path = tmp_path / "m.json"
     M.save(m, path)
-    m4 = C.load_machine(str(path), 4)
+    m4 = load_machine(str(path), 4)
     assert m4.topology.ranks == 4 and m4.engine == m.engine
     assert m4.topology.bandwidth("tx", "rx") == 3e9 and m4.topology.bandwidth(3, "tx") == 2e9
     other = tmp_path / "ring.json"
     M.save(M.Machine(__import__("sim.topology", fromlist=["ring"]).ring(2)), other)
-    with pytest.raises(C.CalibrationError, match="not a calibrated host"):
-        C.load_machine(str(other), 4)
+    with pytest.raises(CalibrationError, match="not a calibrated host"):
+        load_machine(str(other), 4)
 
 
 def test_commands_reject_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -313,8 +318,8 @@ def test_calibrate_validate_tune_end_to_end(tmp_path: Path, capsys: pytest.Captu
                  "--json"]) == 0
     v = json.loads(capsys.readouterr().out)
     names = {(r["collective"], r["algorithm"]) for r in v["rows"]}
-    assert names == {("allgather", a) for a in C.algorithms_for("allgather", 2)} | \
-        {("broadcast", a) for a in C.algorithms_for("broadcast", 2)}
+    assert names == {("allgather", a) for a in algorithms_for("allgather", 2)} | \
+        {("broadcast", a) for a in algorithms_for("broadcast", 2)}
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in v["rows"])
     assert v["summary"]["points"] == len(v["rows"]) == 2 * len(names)
     assert plot.stat().st_size > 1000
