@@ -14,15 +14,21 @@ once, the first time it is queried (``get``, ``algorithms``, ``kinds``):
 - every module named in the environment variable ``COLLSCHED_IMPORT``
   (``mod1,mod2``), which spawned ranks and the torch backend inherit.
 
-``import_modules`` is what the command line's ``--import`` calls. A module
-that cannot be imported is a ``RegistryError`` naming it.
+``import_modules`` is what the command line's ``--import`` calls. Each entry
+is a dotted module name, found on ``sys.path`` (``PYTHONPATH``; the installed
+``collsched`` does not search the current directory), or the path of a
+``.py`` file, relative or absolute (``./my_algos.py``), imported as the
+module named by its stem, once however it is spelled. A module that cannot
+be imported is a ``RegistryError`` naming it.
 """
 
 from __future__ import annotations
 
 import gc
 import importlib
+import importlib.util
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -193,21 +199,71 @@ def register(
 
 
 def import_modules(names: Iterable[str], *, where: str = "--import") -> None:
-    """Import each module (so that its ``@register`` decorators run); ``RegistryError`` naming one that fails."""
+    """Import each module (so that its ``@register`` decorators run); ``RegistryError`` naming one that fails.
+
+    An entry that ends in ``.py`` or holds a path separator is a file (module docstring), else a module name.
+    """
     for name in names:
         name = name.strip()
         if not name:
+            continue
+        if name.endswith(".py") or "/" in name or os.sep in name:
+            _import_file(name, where)
             continue
         try:
             importlib.import_module(name)
         except CollschedError:
             raise
+        except ModuleNotFoundError as e:
+            hint = _not_found_hint(name, where) if e.name == name.split(".")[0] else ""
+            raise RegistryError(f"{where}: cannot import module {name!r}: {type(e).__name__}: {e}{hint}") from None
         except Exception as e:  # an ImportError, or whatever the module raised while running
             raise RegistryError(f"{where}: cannot import module {name!r}: {type(e).__name__}: {e}") from None
 
 
+def _not_found_hint(name: str, where: str) -> str:
+    """Where Python looked, and the two ways to point it at the user's file."""
+    top = name.split(".")[0]
+    if any(os.path.abspath(p or ".") == os.getcwd() for p in sys.path):
+        return ""  # the directory was searched (python -m, PYTHONPATH=.): the module is just not there
+    flag = f"{ENV_IMPORT}=" if where == ENV_IMPORT else "--import "
+    here = f"./{top}.py" if os.path.isfile(f"{top}.py") else ""
+    if here and top == name:
+        how = f"{here} is here, so run with PYTHONPATH=. or pass the file, {flag}{here}"
+    else:
+        how = f"run with PYTHONPATH=DIR, or pass the file, {flag}path/to/{name.replace('.', '/')}.py"
+    return f" (the current directory is not searched unless PYTHONPATH says so: {how})"
+
+
+def _import_file(path: str, where: str) -> None:
+    """Import the ``.py`` file at ``path`` as the module named by its stem, unless that file is imported already."""
+    full = os.path.realpath(path)
+    if not os.path.isfile(full):
+        raise RegistryError(f"{where}: cannot import {path!r}: no such file")
+    stem = os.path.splitext(os.path.basename(full))[0]
+    loaded = sys.modules.get(stem)
+    if loaded is not None:
+        if getattr(loaded, "__file__", None) and os.path.realpath(str(loaded.__file__)) == full:
+            return
+        raise RegistryError(f"{where}: cannot import {path!r}: a module named {stem!r} is already imported "
+                            f"(from {getattr(loaded, '__file__', None) or 'built in'}); rename the file")
+    spec = importlib.util.spec_from_file_location(stem, full)
+    if spec is None or spec.loader is None:
+        raise RegistryError(f"{where}: cannot import {path!r}: not a Python source file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[stem] = module  # as import does: once, and by name for whatever imports it next
+    try:
+        spec.loader.exec_module(module)
+    except CollschedError:
+        del sys.modules[stem]
+        raise
+    except Exception as e:
+        del sys.modules[stem]
+        raise RegistryError(f"{where}: cannot import {path!r}: {type(e).__name__}: {e}") from None
+
+
 def env_modules() -> list[str]:
-    """The module names in ``COLLSCHED_IMPORT`` (comma-separated; blanks ignored)."""
+    """The module names and ``.py`` paths in ``COLLSCHED_IMPORT`` (comma-separated; blanks ignored)."""
     return [m.strip() for m in os.environ.get(ENV_IMPORT, "").split(",") if m.strip()]
 
 

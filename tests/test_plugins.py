@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,81 @@ def test_the_backend_runs_a_user_algorithm_under_ddp(home: Path) -> None:
     assert sorted(r[1] for r in results) == ["0", "1"]
     assert all(int(r[2]) >= 3 for r in results)  # one gradient all-reduce per step at least, on user-ring
     assert results[0][3] == results[1][3]  # DDP's invariant: every rank ends with the same parameters
+
+
+# -- in process: a module given as a file path, and the hint when a name is not found ------------------------------
+
+
+@pytest.fixture
+def fresh_registry(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """``home`` as the working directory, not on sys.path (as under the installed ``collsched``), and the
+    registry, the imported modules and the plugin state put back afterwards."""
+    from algorithms import registry
+
+    monkeypatch.chdir(home)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(home))])
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_plugins_loaded", True)
+    monkeypatch.setattr(registry, "_plugin_error", None)
+    monkeypatch.delenv("COLLSCHED_IMPORT", raising=False)
+    before = set(sys.modules)
+    yield home
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from sim.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+VERIFY_USER_RING = ("verify", "-c", "allreduce", "-a", "user-ring", "-p", "5")
+
+
+@pytest.mark.parametrize("how", ["./my_algos.py", "my_algos.py", "absolute"])
+def test_import_a_module_by_its_file_path(fresh_registry: Path, capsys: pytest.CaptureFixture[str],
+                                          how: str) -> None:
+    path = str(fresh_registry / "my_algos.py") if how == "absolute" else how
+    code, out, err = _main(capsys, *VERIFY_USER_RING, "--import", path, "--json")
+    assert code == 0, err
+    assert json.loads(out)["ok"] is True
+
+
+def test_the_same_file_twice_registers_once(fresh_registry: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from algorithms import registry
+
+    registry.import_modules(["./my_algos.py", str(fresh_registry / "my_algos.py"), "my_algos.py"])
+    assert registry.get("allreduce", "user-ring").name == "user-ring"
+    assert len(list(fresh_registry.glob("imported-by-*"))) == 1  # the module ran once
+
+
+def test_collsched_import_takes_a_path(fresh_registry: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from algorithms import registry
+
+    monkeypatch.setenv("COLLSCHED_IMPORT", "./my_algos.py")
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    code, out, err = _main(capsys, *VERIFY_USER_RING, "--json")
+    assert code == 0, err
+    assert json.loads(out)["ok"] is True
+
+
+def test_a_module_name_not_found_says_the_directory_is_not_searched(fresh_registry: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _main(capsys, *VERIFY_USER_RING, "--import", "my_algos")
+    assert code == 2
+    assert err == ("collsched verify: error: --import: cannot import module 'my_algos': ModuleNotFoundError: "
+                   "No module named 'my_algos' (the current directory is not searched unless PYTHONPATH says so: "
+                   "./my_algos.py is here, so run with PYTHONPATH=. or pass the file, --import ./my_algos.py)\n")
+    code, _, err = _main(capsys, *VERIFY_USER_RING, "--import", "nowhere_algos")
+    assert code == 2
+    assert err.endswith("No module named 'nowhere_algos' (the current directory is not searched unless PYTHONPATH "
+                        "says so: run with PYTHONPATH=DIR, or pass the file, --import path/to/nowhere_algos.py)\n")
+
+
+def test_a_missing_file_is_named(fresh_registry: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _main(capsys, *VERIFY_USER_RING, "--import", "./nope.py")
+    assert code == 2 and err == "collsched verify: error: --import: cannot import './nope.py': no such file\n"
