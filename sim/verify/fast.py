@@ -19,6 +19,10 @@ wins and any other write to that slot in the step is a race and is skipped;
 reductions combine in program order; reading an empty slot, reducing into one
 and counting a contribution twice are violations. ``run`` returns the
 violations and ``check`` compares the final state with the postcondition.
+Dead writes (hints, not violations) follow the verifier's rule too: per slot,
+the last step that read it and the first transfer of the last step whose
+write to it took effect; a copy that lands on a slot written since its last
+read names that write.
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from algorithms.ir import BUFS, Buf, Collective, Kind, Schedule
-from sim.verify.report import DOUBLE_COUNT, RACE, UNINITIALISED_READ, WRONG_SLOT, Violation
+from sim.verify.report import DOUBLE_COUNT, RACE, UNINITIALISED_READ, WRONG_SLOT, Hint, Violation, dead_write
 from sim.verify.semantics import Content, SlotLayout, combine, describe_text
 
-__all__ = ["CompactState", "run", "check", "verdict", "expected_columns", "initial_columns"]
+__all__ = ["CompactState", "run", "check", "verdict", "verdict_with_hints", "expected_columns", "initial_columns"]
 
 EMPTY, SPILLED = -1, -2
 
@@ -165,7 +169,7 @@ def expected_columns(coll: Collective, layout: SlotLayout) -> tuple[np.ndarray, 
 
 
 class _Runner:
-    def __init__(self, schedule: Schedule, races: bool, limit: int) -> None:
+    def __init__(self, schedule: Schedule, races: bool, limit: int, hints: list[Hint] | None = None) -> None:
         self.schedule = schedule
         self.layout = SlotLayout(schedule)
         self.p = schedule.ranks
@@ -179,6 +183,16 @@ class _Runner:
         self.bases = bases
         self.cols = cols
         self.state = initial_columns(self.layout)
+        self.hints = hints
+        self.hints_dropped = 0
+        if hints is not None:
+            # Per slot, as transfer numbers in program order (-1: none): the first transfer of the last step
+            # that read it, and the (first) transfer of the last step whose write to it took effect. A write
+            # at transfer w of step s is unread since when last_read <= w (a read of step s reads before it).
+            n = self.layout.num_slots
+            dt = np.int32 if schedule.num_transfers < 2**31 else np.int64
+            self.last_read = np.full(n, -1, dtype=dt)
+            self.w_t = np.full(n, -1, dtype=dt)
 
     def _report(self, kind: str, t: int, k: int, what: str, at_dst: bool) -> None:
         if len(self.bad) >= self.limit:
@@ -209,6 +223,9 @@ class _Runner:
         a = np.repeat(b[c.src_buf[lo:hi], c.src[lo:hi]] + c.src_index[lo:hi], count) + k
         d = np.repeat(b[c.dst_buf[lo:hi], c.dst[lo:hi]] + c.dst_index[lo:hi], count) + k
         copy = self.cols.op[mt] == 0
+        track = self.hints is not None
+        if track:
+            self.last_read[a] = lo
         # Reads: the state at the step's start.
         va = st.rows[a]
         vc, vlo, vln = va[:, 0], va[:, 1], va[:, 2]
@@ -261,6 +278,8 @@ class _Runner:
         apart = ~overlap & ~after & ~before
         # Apply copies first (they never share a slot with a live reduction now).
         st.rows[d[cj]] = va[cj]
+        if track:
+            self._overwrites(d[cj], mt[cj])
         for j in cj[vc[cj] == SPILLED].tolist():
             st.spill[int(d[j])] = spilled_src[j]
         new_ln = cln + oln
@@ -269,6 +288,8 @@ class _Runner:
         ok = after | before
         st.lo[fd[ok]] = new_lo[ok]
         st.ln[fd[ok]] = new_ln[ok]
+        if track:
+            self.w_t[fd[ok]] = mt[fj[ok]]
         for j in fj[overlap].tolist():
             v: Content = (int(vc[j]), _mask(int(vlo[j]), int(vln[j]), p))
             self._double(int(mt[j]), int(k[j]), st.content(int(d[j])), v)
@@ -280,17 +301,38 @@ class _Runner:
                 by_slot.setdefault(int(d[j]), []).append(j)
             for slot, js in by_slot.items():
                 cur = st.content(slot)
+                unnamed = track
                 for j in js:
                     w = spilled_src[j] if vc[j] == SPILLED else (int(vc[j]), _mask(int(vlo[j]), int(vln[j]), p))
                     nxt = combine(cur, w, bool(copy[j]), self.idempotent)
                     if nxt is not None:
                         cur = nxt
+                        if unnamed:
+                            self.w_t[slot] = mt[j]
+                            unnamed = False
                     elif cur is None:
                         self._report(UNINITIALISED_READ, int(mt[j]), int(k[j]),
                                      "reduces into {where}, which holds nothing", True)
                     else:
                         self._double(int(mt[j]), int(k[j]), cur, w)
                 st.set(slot, cur)
+
+    def _overwrites(self, slots: np.ndarray, ts: np.ndarray) -> None:
+        """Copies (transfers ts) replace slots: name the writes no step since has read."""
+        wt = self.w_t[slots]
+        dead = np.flatnonzero((wt >= 0) & (self.last_read[slots] <= wt))
+        hints = self.hints
+        assert hints is not None
+        for j in dead.tolist():
+            if len(hints) >= self.limit:
+                self.hints_dropped += 1
+                continue
+            slot = int(slots[j])
+            ws_, wt_, wtr = self.schedule.transfer(int(wt[j]))
+            bs, bt, btr = self.schedule.transfer(int(ts[j]))
+            r, buf, i = self.layout.where(slot)
+            hints.append(dead_write(ws_, wt_, repr(wtr), r, buf.value, i, bs, bt, repr(btr)))
+        self.w_t[slots] = ts
 
     def _double(self, t: int, k: int, cur: Content | None, v: Content) -> None:
         self._report(DOUBLE_COUNT, t, k, f"{{where}} already holds {describe_text(cur)}; adding {describe_text(v)} "
@@ -302,11 +344,19 @@ class _Runner:
                      "(a copy must be the only write to a slot in its step)", True)
 
 
-def run(schedule: Schedule, *, races: bool = True, limit: int = 1000) -> tuple[CompactState, list[Violation]]:
-    """Execute ``schedule`` in lockstep on compact columns; the final state and up to ``limit`` violations."""
-    r = _Runner(schedule, races, limit)
+def run(schedule: Schedule, *, races: bool = True, limit: int = 1000,
+        hints: list[Hint] | None = None) -> tuple[CompactState, list[Violation]]:
+    """Execute ``schedule`` in lockstep on compact columns; the final state and up to ``limit`` violations
+    (and, with a ``hints`` list, up to ``limit`` dead writes appended to it)."""
+    state, bad, _dropped = _run(schedule, races, limit, hints)
+    return state, bad
+
+
+def _run(schedule: Schedule, races: bool, limit: int,
+         hints: list[Hint] | None) -> tuple[CompactState, list[Violation], int]:
+    r = _Runner(schedule, races, limit, hints)
     bad = r.go()
-    return r.state, bad
+    return r.state, bad, r.hints_dropped
 
 
 def check(schedule: Schedule, state: CompactState, limit: int = 1000) -> list[Violation]:
@@ -336,7 +386,17 @@ def check(schedule: Schedule, state: CompactState, limit: int = 1000) -> list[Vi
     return out
 
 
-def verdict(schedule: Schedule, *, races: bool = True, limit: int = 1000) -> list[Violation]:
-    """Every violation ``sim.verify.verifier.verify`` would find (up to ``limit`` of each list); empty when correct."""
-    state, bad = run(schedule, races=races, limit=limit)
+def verdict(schedule: Schedule, *, races: bool = True, limit: int = 1000,
+            hints: list[Hint] | None = None) -> list[Violation]:
+    """Every violation ``sim.verify.verifier.verify`` would find (up to ``limit`` of each list); empty when correct.
+
+    With a ``hints`` list, the dead writes verify would list are appended to it (up to ``limit``)."""
+    state, bad, _dropped = _run(schedule, races, limit, hints)
     return bad + check(schedule, state, limit)
+
+
+def verdict_with_hints(schedule: Schedule, *, limit: int = 1000) -> tuple[list[Violation], list[Hint], int]:
+    """``verdict``'s violations, the dead writes (up to ``limit``) and how many more dead writes there were."""
+    hints: list[Hint] = []
+    state, bad, dropped = _run(schedule, True, limit, hints)
+    return bad + check(schedule, state, limit), hints, dropped

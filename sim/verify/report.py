@@ -11,12 +11,14 @@ from typing import Any
 
 from sim.verify.semantics import describe
 
-__all__ = ["DOUBLE_COUNT", "RACE", "UNINITIALISED_READ", "WRONG_SLOT", "Violation", "VerifyReport"]
+__all__ = ["DEAD_WRITE", "DOUBLE_COUNT", "RACE", "UNINITIALISED_READ", "WRONG_SLOT", "Hint", "Violation",
+           "VerifyReport", "dead_write"]
 
 WRONG_SLOT = "wrong_slot"
 RACE = "race"
 DOUBLE_COUNT = "double_count"
 UNINITIALISED_READ = "uninitialised_read"
+DEAD_WRITE = "dead_write"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,48 @@ class Violation:
 
 
 @dataclass(frozen=True)
+class Hint:
+    """Something suspicious that is not a violation: a dead write (a slot written, then overwritten by a
+    copy before anything read it; a later step's copy, since a copy racing a write in its own step is a race).
+
+    ``step``/``transfer`` name the dead write (the first of its step that took effect, when several
+    reductions landed in the slot in one step), ``overwritten_by`` the copy that replaced it unread."""
+
+    kind: str
+    message: str
+    step: int
+    transfer: int
+    rank: int
+    buf: str
+    index: int
+    overwritten_by: tuple[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"kind": self.kind, "step": self.step, "transfer": self.transfer, "rank": self.rank,
+                "buf": self.buf, "index": self.index,
+                "overwritten_by": {"step": self.overwritten_by[0], "transfer": self.overwritten_by[1]},
+                "message": self.message}
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def dead_write(step: int, transfer: int, text: str, rank: int, buf: str, index: int,
+               by_step: int, by_transfer: int, by_text: str) -> Hint:
+    """The hint for the write of step/transfer (``text``: its repr) to rank's buf[index], overwritten unread
+    by the copy by_step/by_transfer (``by_text``)."""
+    return Hint(DEAD_WRITE, f"step {step} transfer {transfer} ({text}): writes rank {rank} {buf}[{index}], which "
+                f"step {by_step} transfer {by_transfer} ({by_text}) overwrites before anything reads it (a dead write)",
+                step, transfer, rank, buf, index, (by_step, by_transfer))
+
+
+def sort_hints(hints: list[Hint]) -> tuple[Hint, ...]:
+    """Hints in program order of their dead writes, then by slot."""
+    return tuple(sorted(hints, key=lambda h: (h.step, h.transfer, h.rank, h.buf, h.index)))
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     """The outcome of ``verify``: ``ok`` when there is no violation."""
 
@@ -66,6 +110,10 @@ class VerifyReport:
     steps: int
     transfers: int
     violations: tuple[Violation, ...] = field(default_factory=tuple)
+    hints: tuple[Hint, ...] = field(default_factory=tuple)
+    """Dead writes (``Hint``): not violations, the schedule may still be correct."""
+    hints_not_listed: int = 0
+    """Hints beyond the compact verifier's limit (``sim.verify.fast``), counted but not listed."""
 
     @property
     def ok(self) -> bool:
@@ -73,14 +121,23 @@ class VerifyReport:
         return not self.violations
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"ok", "violations", "transfers", "steps"}`` as the CLI prints it."""
-        return {"ok": self.ok, "violations": [v.to_dict() for v in self.violations],
-                "transfers": self.transfers, "steps": self.steps}
+        """``{"ok", "violations", "transfers", "steps"}`` as the CLI prints it; ``"hints"`` (``Hint.to_dict``)
+        when there are any, and ``"hints_not_listed"`` when the compact verifier listed only some."""
+        d: dict[str, Any] = {"ok": self.ok, "violations": [v.to_dict() for v in self.violations],
+                             "transfers": self.transfers, "steps": self.steps}
+        if self.hints or self.hints_not_listed:
+            d["hints"] = [h.to_dict() for h in self.hints]
+        if self.hints_not_listed:
+            d["hints_not_listed"] = self.hints_not_listed
+        return d
 
     def __str__(self) -> str:
         head = f"{self.schedule_name} ({self.collective}): {self.steps} steps, {self.transfers} transfers: "
-        if self.ok:
-            return head + "OK"
-        return head + f"{len(self.violations)} violation(s)\n" + "\n".join(f"  {v}" for v in self.violations)
+        lines = [head + ("OK" if self.ok else f"{len(self.violations)} violation(s)")]
+        lines += [f"  {v}" for v in self.violations]
+        lines += [f"  hint: {h}" for h in self.hints]
+        if self.hints_not_listed:
+            lines.append(f"  hint: {self.hints_not_listed} more dead write(s) not listed")
+        return "\n".join(lines)
 
 

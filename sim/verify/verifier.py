@@ -10,7 +10,10 @@ and transfer, and every wrong final slot with its expected and actual
 contributions, the transfer that last wrote it (``step 3 transfer 1
 (2.output[4:5] = 1.output[4:5])``) and, for each contribution it lacks, the
 last step after which some slot still held it (a second, instrumented pass
-that runs only when a slot is wrong). A barrier is checked by causality: every
+that runs only when a slot is wrong). Dead writes (a slot written, then
+overwritten by a later copy before any transfer read it) are listed as hints,
+not violations: they often name the transfer that went astray when a wrong
+slot names only its last writer. A barrier is checked by causality: every
 rank's token must have heard, directly or transitively, from every rank.
 """
 
@@ -20,7 +23,17 @@ from typing import Any
 
 from algorithms.ir import Kind, Op, Schedule
 from algorithms.registry import no_gc
-from sim.verify.report import DOUBLE_COUNT, RACE, UNINITIALISED_READ, WRONG_SLOT, VerifyReport, Violation
+from sim.verify.report import (
+    DOUBLE_COUNT,
+    RACE,
+    UNINITIALISED_READ,
+    WRONG_SLOT,
+    Hint,
+    VerifyReport,
+    Violation,
+    dead_write,
+    sort_hints,
+)
 from sim.verify.semantics import Content, SlotLayout, combine, describe_text, expected_state, initial_state
 
 __all__ = ["Violation", "VerifyReport", "check_final", "execute", "locate", "verify"]
@@ -30,9 +43,19 @@ def _where(layout: SlotLayout, slot: int) -> str:
     return f"rank {r} {buf}[{i}]"
 
 
-def execute(schedule: Schedule) -> tuple[list[Content | None], list[Violation], SlotLayout]:
-    """Run the schedule in lockstep; returns the final state, the step violations and the layout."""
+def execute(schedule: Schedule, hints: list[Hint] | None = None
+            ) -> tuple[list[Content | None], list[Violation], SlotLayout]:
+    """Run the schedule in lockstep; returns the final state, the step violations and the layout.
+
+    With a ``hints`` list, the dead writes are appended to it: a write that took effect (a copy that won
+    its slot, a reduction that combined) and that a copy of a later step replaced with no transfer of
+    the steps in between, or of the replacing step, reading the slot (a reduce reads what it adds to)."""
     layout = SlotLayout(schedule)
+    track = hints is not None
+    # Per slot: the last step that read it, and the step (-1: none) and transfer of the last write that took effect.
+    last_read = [-1] * layout.num_slots if track else []
+    w_step = [-1] * layout.num_slots if track else []
+    w_t = [0] * layout.num_slots if track else []
     state = initial_state(layout)
     idempotent = schedule.collective.kind is Kind.BARRIER
     bases = layout.bases
@@ -44,6 +67,11 @@ def execute(schedule: Schedule) -> tuple[list[Content | None], list[Violation], 
         for ti, t in enumerate(step.transfers):
             src_slot = bases[t.src_buf][t.src] + t.src_index
             dst_slot = bases[t.dst_buf][t.dst] + t.dst_index
+            if track:
+                if t.count == 1:
+                    last_read[src_slot] = si
+                else:
+                    last_read[src_slot:src_slot + t.count] = [si] * t.count
             # Hot loop: one iteration per chunk moved (about 2 M at p = 1024).
             for k in range(t.count):
                 v = state[src_slot + k]
@@ -69,15 +97,26 @@ def execute(schedule: Schedule) -> tuple[list[Content | None], list[Violation], 
                         reduces[d] = [(v, ti)]
                     else:
                         lst.append((v, ti))
-        for d, (v, _ti) in copies.items():
+        for d, (v, ti) in copies.items():
             state[d] = v
+            if track:
+                ws = w_step[d]
+                if ws >= 0 and last_read[d] <= ws:
+                    hints.append(_dead(schedule, layout, (ws, w_t[d]), (si, ti), d))  # type: ignore[union-attr]
+                w_step[d] = si
+                w_t[d] = ti
         for d, lst in reduces.items():
             cur = state[d]
+            first = True
             for v, ti in lst:
                 t = step.transfers[ti]
                 nxt = combine(cur, v, t.op is copy_op, idempotent)
                 if nxt is not None:
                     cur = nxt
+                    if track and first:
+                        w_step[d] = si
+                        w_t[d] = ti
+                        first = False
                     continue
                 where = _where(layout, d)
                 if cur is None:
@@ -93,6 +132,13 @@ def execute(schedule: Schedule) -> tuple[list[Content | None], list[Violation], 
                         si, ti, t.dst, t.dst_buf.value, d - bases[t.dst_buf][t.dst]))
             state[d] = cur
     return state, bad, layout
+
+
+def _dead(schedule: Schedule, layout: SlotLayout, w: tuple[int, int], by: tuple[int, int], slot: int) -> Hint:
+    r, buf, i = layout.where(slot)
+    steps = schedule.steps
+    return dead_write(w[0], w[1], repr(steps[w[0]].transfers[w[1]]), r, buf.value, i,
+                      by[0], by[1], repr(steps[by[0]].transfers[by[1]]))
 
 
 def _race(layout: SlotLayout, si: int, ti: int, other: int, slot: int, t: Any) -> Violation:
@@ -254,17 +300,19 @@ def verify(schedule: Schedule) -> VerifyReport:
     Large schedules (``COMPACT_FROM``) are checked on compact columns first, so that tens of millions of
     transfers fit in memory; a broken one is explained by the slot-by-slot executor (last writers,
     where each missing contribution was last held) when it is small enough (``EXPLAIN_UP_TO``), else
-    reported as the compact check found it (up to 1000 violations of each list).
+    reported as the compact check found it (up to 1000 violations of each list, and 1000 hints).
+    Dead writes are listed as hints (``VerifyReport.hints``) by whichever executor reports.
     """
     if schedule.num_transfers >= COMPACT_FROM:
-        from sim.verify.fast import verdict
+        from sim.verify.fast import verdict_with_hints
 
-        found = verdict(schedule)
+        found, fast_hints, not_listed = verdict_with_hints(schedule)
         if not found or schedule.num_transfers > EXPLAIN_UP_TO:
             return VerifyReport(schedule.name, schedule.collective.describe(), schedule.num_steps,
-                                schedule.num_transfers, tuple(found))
+                                schedule.num_transfers, tuple(found), sort_hints(fast_hints), not_listed)
+    hints: list[Hint] = []
     with no_gc():
-        state, bad, layout = execute(schedule)
+        state, bad, layout = execute(schedule, hints)
     bad.extend(check_final(schedule, state, layout))
     return VerifyReport(schedule.name, schedule.collective.describe(), len(schedule.steps),
-                        schedule.num_transfers, tuple(bad))
+                        schedule.num_transfers, tuple(bad), sort_hints(hints))
