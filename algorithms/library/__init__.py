@@ -1,7 +1,8 @@
 """The algorithm library: one module per collective kind, each registering its algorithms.
 
 Importing this package registers every built-in algorithm with ``algorithms.registry``;
-``fold`` holds the power-of-two arithmetic the recursive algorithms share. Users reach the
+``fold`` holds the power-of-two arithmetic the recursive algorithms share; ``compose`` the
+per-dimension composition (grids, lines, embedding 1-D schedules) that ``swing`` and ``torus`` use. Users reach the
 algorithms through the registry (``registry.get(kind, name)``), not through these modules.
 """
 
@@ -15,7 +16,9 @@ from algorithms.library import (
     reduce,
     reducescatter,
     scatter,
+    swing,
+    torus,
 )
 
 __all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "reduce", "reducescatter",
-           "scatter"]
+           "scatter", "swing", "torus"]

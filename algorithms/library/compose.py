@@ -1,0 +1,370 @@
+"""Per-dimension composition: run 1-D algorithms on every line of a grid of ranks at once.
+
+A ``Grid(dims)`` numbers ranks row-major, the last dimension fastest, as
+``sim.topology.torus(rows, cols)`` numbers its nodes (rank = row·cols + col,
+so ``Grid((rows, cols))``; dimension 0 is the rows' index, dimension 1 the
+columns'). A *line* along dimension d is the ``dims[d]`` ranks that differ
+only in coordinate d, in coordinate order.
+
+Which chunks a line works on is a ``Layout``: one ``(start, count)`` region
+per rank. ``whole(grid, C)`` gives every rank the whole buffer;
+``grid.split(layout, d)`` is what a reduce-scatter along d leaves: each
+rank's region cut into ``dims[d]`` equal blocks, the rank at coordinate c
+keeping block c (the hierarchical chunk arithmetic: after a reduce-scatter
+along x each rank owns 1/X of its region, which then goes through y).
+
+``along(grid, d, line, layout)`` embeds a 1-D schedule ``line`` of
+``dims[d]`` ranks (an all-reduce, a reduce-scatter or an all-gather:
+``ring_allreduce``, ``ring_reducescatter``, ``ring_allgather`` below, or any
+registered builder's schedule) on every line along d at once, inside each
+line's region, and returns its steps (a ``Phase``: a list of steps, each a
+list of transfers). ``parallel(*phases)`` runs phases side by side (step i
+is every phase's step i), ``emit(builder, phase)`` appends the steps.
+``butterfly(matchings, ...)`` builds recursive halving and doubling over any
+sequence of perfect matchings (Swing's, recursive doubling's, or one
+dimension after another); ``fold(p, C)`` is the pre- and post-step that let
+a power-of-two algorithm serve any p (``algorithms.library.fold``).
+
+A 2-D torus all-reduce, reduce-scatter along x, all-reduce along y,
+all-gather along x (the bucket algorithm), in a few lines:
+
+>>> from algorithms.builder import ScheduleBuilder
+>>> from algorithms.ir import Collective, Kind
+>>> from sim.verify import verify
+>>> g = Grid((4, 4))                              # torus:4x4; dimension 1 is x, 0 is y
+>>> b = ScheduleBuilder(Collective(Kind.ALLREDUCE, g.ranks, 16), "bucket")
+>>> whole_ = whole(g, 16)
+>>> mine = g.split(whole_, 1)                     # what rank (y, x) owns after the reduce-scatter along x
+>>> emit(b, along(g, 1, ring_reducescatter(4), whole_))
+>>> emit(b, along(g, 0, ring_allreduce(4), mine))
+>>> emit(b, along(g, 1, ring_allgather(4), whole_))
+>>> s = b.build()
+>>> verify(s).ok, len(s.steps)
+(True, 12)
+
+The embedding identifies a reduce-scatter's output slot j on line position
+i with its input slot i·C + j (an all-gather's input slot j with its output
+slot i·C + j), so the local copy between them vanishes; that is right for
+schedules that leave that input slot alone once the output is written, as
+the library's do. Schedules with scratch are refused. Verify the composite.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from algorithms.builder import ScheduleBuilder
+from algorithms.errors import ScheduleError
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
+from algorithms.library.fold import pow2floor
+
+__all__ = ["Grid", "Layout", "Phase", "Region", "along", "butterfly", "butterfly_sets", "emit", "fold", "parallel",
+           "ring_allgather", "ring_allreduce", "ring_reducescatter", "whole"]
+
+Region = tuple[int, int]
+"""(start, count): a contiguous run of chunks."""
+Layout = tuple[Region, ...]
+"""One region per rank: the chunks that rank works on."""
+Phase = list[list[Transfer]]
+"""Steps of transfers, not yet in a builder."""
+
+_IN_PLACE = (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Ranks on a grid of ``dims``, row-major (the last dimension varies fastest)."""
+
+    dims: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.dims or any(isinstance(q, bool) or not isinstance(q, int) or q < 1 for q in self.dims):
+            raise ScheduleError(f"grid dims must be integers >= 1, got {self.dims!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Grid:
+        """``"4x4"`` (or ``"2x4x4"``, ``"8"``): the grid those sizes name."""
+        if not re.fullmatch(r"\s*[0-9]+(\s*x\s*[0-9]+)*\s*", text):
+            raise ScheduleError(f"dims must look like 4x4 (sizes joined by x), got {text!r}")
+        return cls(tuple(int(v) for v in text.split("x")))
+
+    @classmethod
+    def auto(cls, p: int, *, pow2: bool = False) -> Grid:
+        """A near-square 2-D grid of p ranks: rows the largest divisor of p not above √p.
+
+        ``pow2`` (p a power of two): rows 2^⌊L/2⌋, columns 2^⌈L/2⌉, L = log2 p (16: 4x4, 32: 4x8).
+        """
+        if pow2:
+            half = (p.bit_length() - 1) // 2
+            return cls((1 << half, p >> half))
+        rows = max(d for d in range(1, math.isqrt(p) + 1) if p % d == 0)
+        return cls((rows, p // rows))
+
+    def __str__(self) -> str:
+        return "x".join(map(str, self.dims))
+
+    @property
+    def ranks(self) -> int:
+        """How many ranks the grid holds."""
+        return math.prod(self.dims)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    def _stride(self, dim: int) -> int:
+        return math.prod(self.dims[dim + 1:])
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        """The coordinates of ``rank``."""
+        out = []
+        for q in reversed(self.dims):
+            rank, c = divmod(rank, q)
+            out.append(c)
+        return tuple(reversed(out))
+
+    def rank(self, coords: Sequence[int]) -> int:
+        """The rank at ``coords`` (each taken modulo its dimension: the torus wraps)."""
+        r = 0
+        for c, q in zip(coords, self.dims, strict=True):
+            r = r * q + c % q
+        return r
+
+    def shift(self, rank: int, dim: int, delta: int) -> int:
+        """The rank ``delta`` steps along ``dim`` from ``rank``, wrapping around."""
+        q, stride = self.dims[dim], self._stride(dim)
+        c = rank // stride % q
+        return rank + ((c + delta) % q - c) * stride
+
+    def lines(self, dim: int) -> list[list[int]]:
+        """Every line along ``dim``: the ranks that differ only in coordinate ``dim``, in coordinate order."""
+        q, stride = self.dims[dim], self._stride(dim)
+        starts = [r for r in range(self.ranks) if r // stride % q == 0]
+        return [[s + c * stride for c in range(q)] for s in starts]
+
+    def split(self, layout: Layout, dim: int) -> Layout:
+        """Each rank's region cut into ``dims[dim]`` equal blocks; the rank at coordinate c keeps block c."""
+        q, stride = self.dims[dim], self._stride(dim)
+        out = []
+        for r, (start, count) in enumerate(layout):
+            if count % q:
+                raise ScheduleError(f"rank {r}: a region of {count} chunks does not split into {q} blocks")
+            w = count // q
+            out.append((start + r // stride % q * w, w))
+        return tuple(out)
+
+
+def whole(grid: Grid, chunks: int) -> Layout:
+    """Every rank works on all ``chunks`` chunks."""
+    return ((0, chunks),) * grid.ranks
+
+
+def _line_regions(grid: Grid, dim: int, layout: Layout) -> list[tuple[list[int], Region]]:
+    if len(layout) != grid.ranks:
+        raise ScheduleError(f"layout has {len(layout)} regions for a grid of {grid.ranks} ranks")
+    out = []
+    for line in grid.lines(dim):
+        regions = {layout[r] for r in line}
+        if len(regions) != 1:
+            raise ScheduleError(f"the ranks of line {line} along dimension {dim} work on different regions "
+                                f"{sorted(regions)}")
+        out.append((line, regions.pop()))
+    return out
+
+
+def along(grid: Grid, dim: int, line: Schedule, layout: Layout, *, split: bool = False) -> Phase:
+    """``line``, a schedule of ``dims[dim]`` ranks, run on every line along ``dim`` inside its region.
+
+    Line position i is the rank at coordinate i. The line schedule's C chunks
+    (q·C for the reduce-scatter input and the all-gather output) cover the
+    region evenly, w = count / (its chunks) each, so chunk j is region chunks
+    start + j·w .. +w. ``split``: one transfer per chunk (a dataflow
+    execution then pipelines them) instead of one per line transfer.
+    """
+    q = grid.dims[dim]
+    c = line.collective
+    if c.ranks != q:
+        raise ScheduleError(f"line schedule {line.name!r} has {c.ranks} ranks, dimension {dim} has {q}")
+    if line.scratch_chunks:
+        raise ScheduleError(f"line schedule {line.name!r} uses scratch; along() embeds only input and output")
+    if c.kind not in (*_IN_PLACE, Kind.REDUCESCATTER, Kind.ALLGATHER):
+        raise ScheduleError(f"along() embeds all-reduce, reduce-scatter and all-gather schedules, not {c.kind}")
+    wide = c.chunks * (q if c.kind in (Kind.REDUCESCATTER, Kind.ALLGATHER) else 1)
+
+    def slot(pos: int, buf: str, index: int) -> int:
+        # The line's chunk (buffer, index) at position pos, as an index of the region's chunks.
+        if (c.kind is Kind.REDUCESCATTER and buf == Buf.OUTPUT) or (c.kind is Kind.ALLGATHER and buf == Buf.INPUT):
+            return pos * c.chunks + index
+        return index
+
+    per_step = [[(t.src, t.dst, slot(t.src, t.src_buf, t.src_index), slot(t.dst, t.dst_buf, t.dst_index),
+                  t.count, t.op) for t in step.transfers] for step in line.steps]
+    phase: Phase = [[] for _ in per_step]
+    for ranks, (start, count) in _line_regions(grid, dim, layout):
+        if count % wide:
+            raise ScheduleError(f"a region of {count} chunks does not hold the {wide} chunks of {line.name!r} "
+                                "evenly")
+        w = count // wide
+        for out, step in zip(phase, per_step, strict=True):
+            for src, dst, sx, dx, n, op in step:
+                if src == dst and sx == dx:
+                    if op is Op.REDUCE:
+                        raise ScheduleError(f"{line.name!r}: a local reduce of a slot into itself after embedding")
+                    continue  # a copy between slots the embedding identifies
+                a, z = ranks[src], ranks[dst]
+                if split:
+                    out.extend(Transfer(a, z, Buf.INPUT, start + sx * w + i, Buf.INPUT, start + dx * w + i, 1, op)
+                               for i in range(n * w))
+                else:
+                    out.append(Transfer(a, z, Buf.INPUT, start + sx * w, Buf.INPUT, start + dx * w, n * w, op))
+    return [s for s in phase if s]
+
+
+def parallel(*phases: Phase) -> Phase:
+    """Phases side by side: step i holds step i of every phase that has one."""
+    out: Phase = []
+    for phase in phases:
+        for i, step in enumerate(phase):
+            if i == len(out):
+                out.append([])
+            out[i].extend(step)
+    return out
+
+
+def emit(builder: ScheduleBuilder, phase: Phase) -> None:
+    """Append the phase's steps to ``builder``, one builder step per step."""
+    for step in phase:
+        with builder.step():
+            for t in step:
+                builder.add(t)
+
+
+# --- 1-D ring schedules whose line position i ends owning block i ------------------------------
+
+
+def _ring(q: int, direction: int) -> int:
+    if direction not in (1, -1):
+        raise ScheduleError(f"ring direction must be 1 or -1, got {direction!r}")
+    return direction
+
+
+def ring_reducescatter(q: int, direction: int = 1) -> Schedule:
+    """Ring reduce-scatter of q ranks (Patarasuk & Yuan 2009), each passing to position i + direction.
+
+    At step s position i adds block i - direction·(s+1) into its neighbour, so
+    block b travels from b + direction round to b, where it ends whole.
+    """
+    d = _ring(q, direction)
+    b = ScheduleBuilder(Collective(Kind.REDUCESCATTER, q, 1), f"ring_reducescatter{'-' if d < 0 else ''}")
+    for s in range(q - 1):
+        with b.step():
+            for i in range(q):
+                b.reduce(i, (i + d) % q, (i - d * (s + 1)) % q)
+    with b.step():  # local: the whole block into the output (the embedding drops it)
+        for i in range(q):
+            b.copy(i, i, i, dst_buf=Buf.OUTPUT, dst_index=0)
+    return b.build()
+
+
+def ring_allgather(q: int, direction: int = 1) -> Schedule:
+    """Ring all-gather of q ranks: at step s position i passes block i - direction·s on to i + direction."""
+    d = _ring(q, direction)
+    b = ScheduleBuilder(Collective(Kind.ALLGATHER, q, 1), f"ring_allgather{'-' if d < 0 else ''}")
+    with b.step():  # local: the own block into the output (the embedding drops it)
+        for i in range(q):
+            b.copy(i, i, 0, dst_buf=Buf.OUTPUT, dst_index=i)
+    for s in range(q - 1):
+        with b.step():
+            for i in range(q):
+                blk = (i - d * s) % q
+                b.copy(i, (i + d) % q, blk, buf=Buf.OUTPUT)
+    return b.build()
+
+
+def ring_allreduce(q: int, direction: int = 1) -> Schedule:
+    """Ring all-reduce of q ranks on q blocks: ``ring_reducescatter`` then ``ring_allgather``, in place."""
+    d = _ring(q, direction)
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, q, q), f"ring_allreduce{'-' if d < 0 else ''}")
+    for s in range(q - 1):
+        with b.step():
+            for i in range(q):
+                b.reduce(i, (i + d) % q, (i - d * (s + 1)) % q)
+    for s in range(q - 1):
+        with b.step():
+            for i in range(q):
+                b.copy(i, (i + d) % q, (i - d * s) % q)
+    return b.build()
+
+
+# --- recursive halving and doubling over any matchings -------------------------------------------
+
+
+def butterfly_sets(matchings: Sequence[Sequence[int]]) -> list[list[frozenset[int]]]:
+    """R[s][x]: the ranks whose blocks x is responsible for before step s of the halving.
+
+    ``matchings[s][x]`` is x's partner at step s (an involution without fixed
+    points). R[L][x] = {x} and R[s][x] = R[s+1][x] ∪ R[s+1][partner]; the
+    matchings make a butterfly when every union is disjoint and R[0][x] is
+    every rank. Raises ``ScheduleError`` otherwise.
+    """
+    p = len(matchings[0]) if matchings else 1
+    for s, m in enumerate(matchings):
+        if len(m) != p or any(not 0 <= m[x] < p or m[x] == x or m[m[x]] != x for x in range(p)):
+            raise ScheduleError(f"step {s}: not a perfect matching of {p} ranks: {list(m)}")
+    sets = [[frozenset((x,)) for x in range(p)]]
+    for s in reversed(range(len(matchings))):
+        below = sets[0]
+        here = []
+        for x in range(p):
+            mine, theirs = below[x], below[matchings[s][x]]
+            if mine & theirs:
+                raise ScheduleError(f"step {s}: ranks {x} and {matchings[s][x]} both cover {sorted(mine & theirs)}")
+            here.append(mine | theirs)
+        sets.insert(0, here)
+    if any(len(r) != p for r in sets[0]):
+        raise ScheduleError("the matchings do not reach every rank: not a butterfly")
+    return sets
+
+
+def butterfly(matchings: Sequence[Sequence[int]], place: Callable[[int], int], width: int,
+              ranks: Callable[[int], int] = lambda x: x) -> tuple[Phase, Phase]:
+    """Reduce-scatter by recursive halving, then all-gather by recursive doubling, over ``matchings``.
+
+    At halving step s, x adds into its partner y the blocks of R[s+1][y]
+    (``butterfly_sets``) and keeps R[s+1][x]; x ends owning block x whole.
+    The doubling runs the matchings backwards, x sending R[s+1][x]. Block b
+    is the ``width`` chunks from ``place(b)``, one transfer per chunk;
+    ``ranks`` maps the matchings' ranks to the schedule's (for a fold).
+    """
+    sets = butterfly_sets(matchings)
+    p = len(sets[0])
+
+    def step(s: int, op: Op) -> list[Transfer]:
+        out: list[Transfer] = []
+        for x in range(p):
+            y = matchings[s][x]
+            blocks = sets[s + 1][y if op is Op.REDUCE else x]
+            for blk in sorted(blocks):
+                c0 = place(blk)
+                out.extend(Transfer(ranks(x), ranks(y), Buf.INPUT, c0 + c, Buf.INPUT, c0 + c, 1, op)
+                           for c in range(width))
+        return out
+
+    steps = range(len(matchings))
+    return [step(s, Op.REDUCE) for s in steps], [step(s, Op.COPY) for s in reversed(steps)]
+
+
+def fold(p: int, chunks: int) -> tuple[Phase, Phase]:
+    """Thakur, Rabenseifner & Gropp 2005, §4.4: with P = 2^⌊log2 p⌋, extra rank P+i adds its
+    ``chunks`` chunks into rank i (the pre-step) and gets the result back after (the post-step).
+
+    Both phases are empty when p is a power of two.
+    """
+    big = pow2floor(p)
+    pairs = [(i, c) for i in range(p - big) for c in range(chunks)]
+    pre = [Transfer(big + i, i, Buf.INPUT, c, Buf.INPUT, c, 1, Op.REDUCE) for i, c in pairs]
+    post = [Transfer(i, big + i, Buf.INPUT, c, Buf.INPUT, c, 1, Op.COPY) for i, c in pairs]
+    return ([pre] if pre else []), ([post] if post else [])

@@ -1,0 +1,183 @@
+"""Swing all-reduce, on a ring and on every port of a torus.
+
+De Sensi, Bonato, Saam & Hoefler, "Swing: Short-cutting Rings for Higher
+Bandwidth Allreduce", NSDI 2024. At step s rank r exchanges with
+
+    π(r, s) = r + ρ(s) if r is even, r - ρ(s) if r is odd (mod p),
+    ρ(s) = Σ_{i=0..s} (-2)^i = 1, -1, 3, -5, 11, -21, ...
+
+so the peers are |ρ(s)| = 1, 1, 3, 5, 11 ranks away instead of recursive
+doubling's 1, 2, 4, 8, 16. The bandwidth-optimal variant is a reduce-scatter
+of log2 p halving steps (rank r sends its peer the blocks the peer reaches
+in the steps left, ``compose.butterfly``) and the mirrored all-gather.
+
+``swing``: the 1-D algorithm, p a power of two; other p fold their extra
+ranks in and out (Thakur, Rabenseifner & Gropp 2005, §4.4).
+
+``swing_torus``: the paper's multiport torus variant as we read it. On a
+D-dimensional torus a Swing collective walks the dimensions in turn (step s
+along the next dimension that has steps left, ρ counted per dimension, the
+parity that of the rank's coordinate there); the data is cut into 2D parts,
+part j starting at dimension ⌊j/2⌋ and, for odd j, mirrored (ρ negated), so
+that on a square torus every step keeps all 2D ports of every rank busy,
+each directed link carrying exactly one part's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from algorithms.builder import ScheduleBuilder
+from algorithms.errors import ScheduleError
+from algorithms.ir import Collective, Kind, Schedule
+from algorithms.library.compose import Grid, Phase, butterfly, emit, fold, parallel
+from algorithms.library.fold import log2floor, pow2floor
+from algorithms.registry import CHUNKS, Cost, Parameter, register
+
+__all__ = ["DIMS", "PORTS", "check_torus", "parts", "rho", "swing", "swing_matching", "swing_torus", "torus_grid"]
+
+SOURCE = "De Sensi, Bonato, Saam & Hoefler, Swing, NSDI 2024"
+DIMS = Parameter("dims", "", "torus sizes RxC (or AxBxC...), row-major as torus:RxC; default: a near-square grid")
+PORTS = Parameter("ports", 0, "parts of the data, one per torus direction (+x, -x, +y, ...); 0: all 2·D", minimum=0)
+
+
+def rho(s: int) -> int:
+    """ρ(s) = Σ_{i=0..s} (-2)^i = (1 - (-2)^(s+1)) / 3 (De Sensi et al. 2024)."""
+    return (1 - (-2) ** (s + 1)) // 3
+
+
+def swing_matching(q: int, s: int, sign: int = 1) -> list[int]:
+    """π(·, s) on a ring of q ranks (q even): even c goes to c + sign·ρ(s), odd c to c - sign·ρ(s)."""
+    return [(c + (sign if c % 2 == 0 else -sign) * rho(s)) % q for c in range(q)]
+
+
+def _e(p: int) -> int:
+    return int(p != pow2floor(p))
+
+
+def _cost(what: str) -> Cost:
+    # Rabenseifner's counts (Thakur et al. 2005): a halving of P blocks, the doubling back, the fold.
+    def big(p: int) -> int:
+        return pow2floor(p)
+
+    return Cost(
+        "2(log2 P+e)α + (2(P-1)/P+2e)·nβ + ((P-1)/P+e)·nγ, P = 2^⌊log2 p⌋, e = [p ≠ P]" + what,
+        steps=lambda p, n, k: 2 * (log2floor(p) + _e(p)),
+        bytes=lambda p, n, k: (2 * (big(p) - 1) / big(p) + 2 * _e(p)) * n,
+        reduced=lambda p, n, k: ((big(p) - 1) / big(p) + _e(p)) * n,
+        sent_per_rank=lambda p, n, k: (2 * (big(p) - 1) / big(p) + _e(p)) * n,
+    )
+
+
+@register(Kind.ALLREDUCE, "swing", source=SOURCE, cost=_cost(""),
+          constraints=("p not a power of two: the p - P extra ranks fold in and out",))
+def swing(ranks: int, *, chunks: int = 1) -> Schedule:
+    """Bandwidth-optimal Swing all-reduce on P = 2^⌊log2 p⌋ ranks, extra ranks folded in.
+
+    The buffer is P blocks of ``chunks`` chunks; rank r ends the reduce-scatter owning block r.
+    """
+    p, k = ranks, chunks
+    big = pow2floor(p)
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, big * k), "swing")
+    pre, post = fold(p, big * k)
+    matchings = [swing_matching(big, s) for s in range(log2floor(big))]
+    rs, ag = butterfly(matchings, lambda blk: blk * k, k)
+    for phase in (pre, rs, ag, post):
+        emit(b, phase)
+    return b.build()
+
+
+def torus_grid(p: int, dims: str, *, pow2: bool) -> Grid:
+    """The grid ``dims`` names (its product must be p), or ``Grid.auto`` of p when empty."""
+    if not dims.strip():
+        return Grid.auto(p, pow2=pow2)
+    g = Grid.parse(dims)
+    if g.ranks != p:
+        raise ScheduleError(f"dims {dims} hold {g.ranks} ranks, not {p}")
+    if pow2 and any(q & (q - 1) for q in g.dims):
+        raise ScheduleError(f"dims {dims}: every size must be a power of two")
+    return g
+
+
+def check_torus(pow2: bool) -> Any:
+    def check(p: int, params: Mapping[str, Any]) -> str | None:
+        try:
+            torus_grid(p, params.get("dims", ""), pow2=pow2)
+        except ScheduleError as e:
+            return str(e)
+        return None
+
+    return check
+
+
+def parts(g: Grid, ports: int) -> list[tuple[int, list[int]]]:
+    """(sign, dimension order) of each part: part j mirrored for odd j, its order the dimensions of size > 1
+    rotated by ⌊j/2⌋. ``ports`` parts (0: 2·D, D the dimensions of size > 1), at most 2·D; one when D = 0."""
+    active = [d for d, q in enumerate(g.dims) if q > 1]
+    if not active:
+        return [(1, [])]
+    m = 2 * len(active) if ports == 0 else min(ports, 2 * len(active))
+    out = []
+    for j in range(m):
+        r = (j // 2) % len(active)
+        out.append((1 if j % 2 == 0 else -1, active[r:] + active[:r]))
+    return out
+
+
+def _walk(g: Grid, order: list[int]) -> list[tuple[int, int]]:
+    """(dimension, its step t) in the order a Swing collective takes them: round robin from ``order[0]``,
+    skipping a dimension once its log2 q steps are done."""
+    left = {d: log2floor(g.dims[d]) for d in order}
+    done = dict.fromkeys(order, 0)
+    out = []
+    while any(left.values()):
+        for d in order:
+            if left[d]:
+                out.append((d, done[d]))
+                done[d] += 1
+                left[d] -= 1
+    return out
+
+
+def _torus_matching(g: Grid, d: int, t: int, sign: int) -> list[int]:
+    """Along dimension d at its step t: even coordinates go sign·ρ(t) ahead, odd ones sign·ρ(t) back."""
+    out = []
+    for x in range(g.ranks):
+        c = g.coords(x)[d]
+        out.append(g.shift(x, d, (sign if c % 2 == 0 else -sign) * rho(t)))
+    return out
+
+
+@register(Kind.ALLREDUCE, "swing_torus", source=SOURCE + " (multiport torus variant)",
+          parameters=(CHUNKS, DIMS, PORTS), check=check_torus(True),
+          cost=_cost(" (β summed over all ports: on a square torus the 2D ports share it, time ÷ 2D)"),
+          constraints=("dims (if given): sizes that are powers of two, product p",
+                       "dims empty: P = 2^⌊log2 p⌋ ranks on a near-square grid, the extra ranks folded in"))
+def swing_torus(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) -> Schedule:
+    """Multiport Swing all-reduce on a torus of ``dims`` (row-major, rank = row·cols + col as torus:RxC).
+
+    The buffer is m parts (``parts``) of P blocks of ``chunks`` chunks; each
+    part runs a Swing reduce-scatter and all-gather on its own dimension
+    order and direction, all parts in the same steps.
+    """
+    p, k = ranks, chunks
+    big = pow2floor(p)
+    g = torus_grid(big if not dims.strip() else p, dims, pow2=True)
+    plan = parts(g, ports)
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, len(plan) * big * k), "swing_torus")
+    pre, post = fold(p, len(plan) * big * k)
+    halves: list[Phase] = []
+    doubles: list[Phase] = []
+    for j, (sign, order) in enumerate(plan):
+        matchings = [_torus_matching(g, d, t, sign) for d, t in _walk(g, order)]
+
+        def place(blk: int, j: int = j) -> int:
+            return (j * big + blk) * k
+
+        rs, ag = butterfly(matchings, place, k)
+        halves.append(rs)
+        doubles.append(ag)
+    for phase in (pre, parallel(*halves), parallel(*doubles), post):
+        emit(b, phase)
+    return b.build()
