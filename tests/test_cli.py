@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +117,52 @@ def test_the_real_process_exit_codes() -> None:
     assert run("verify", "-c", "barrier", "-a", "dissemination", "-p", "5").returncode == 0
     bad = run("verify", "-c", "barrier", "-a", "dissemination", "-p", "-3")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+# -- benchmarks/kill_rate.py ---------------------------------------------------------------------------------
+
+
+USER_RING = '''
+from algorithms import Collective, Kind, ScheduleBuilder
+from algorithms.registry import register
+
+@register(Kind.ALLGATHER, "kill-rate-user", source="a user's module")
+def user(ranks: int, *, chunks: int = 1):
+    b = ScheduleBuilder(Collective(Kind.ALLGATHER, ranks, ranks), "kill-rate-user")
+    for s in range(ranks - 1):
+        with b.step():
+            for r in range(ranks):
+                b.copy(r, (r + 1) % ranks, (r - s) % ranks)
+    return b.build()
+'''
+
+
+def _kill_rate() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kill_rate_script", ROOT / "benchmarks" / "kill_rate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kill_rate_help_names_import_and_the_environment(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        _kill_rate().main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "--import MODULE" in out and "COLLSCHED_IMPORT" in out
+
+
+def test_kill_rate_imports_a_user_algorithm(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    (tmp_path / "kill_rate_algos.py").write_text(USER_RING)
+    monkeypatch.delitem(sys.modules, "kill_rate_algos", raising=False)
+    try:
+        _kill_rate().main(["--import", str(tmp_path / "kill_rate_algos.py"), "--samples", "2", "--ranks", "3"])
+    finally:
+        sys.modules.pop("kill_rate_algos", None)
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["allgather", "kill-rate-user"] in [r[:2] for r in rows]
