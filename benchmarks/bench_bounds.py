@@ -6,7 +6,7 @@
 
 Prints, per topology (ring:8, torus:4x4, fattree:4, cluster:2x8, dgx-h100:2
 and a random heterogeneous one, ``random:SEED``; any of them with
-``+widest`` or ``+neighbour`` for explicit routes, ``sim.bounds.packing.routed``,
+``+widest`` or ``+neighbour`` for explicit routes, ``sim.topology.routing.routed``,
 which the library is then simulated on too), per kind and per size: the
 bound (``sim.bounds.cuts``), the best library algorithm and its simulated time,
 the synthesized schedule's time (``sim.bounds.packing``; the better of chunks=1 and
@@ -38,9 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from algorithms import registry
 from algorithms.ir import ROOTED_KINDS, Kind
 from sim.bounds.cuts import bound
-from sim.bounds.packing import SYNTH_KINDS, default_chunks, routed, synthesize
+from sim.bounds.packing import SYNTH_KINDS, default_chunks, synthesize
 from sim.engine.reference import simulate
 from sim.topology import Topology, from_spec
+from sim.topology.routing import routed
 from sim.units import parse_size
 
 TOPOLOGIES = ["ring:8", "torus:4x4", "fattree:4", "cluster:2x8", "dgx-h100:2", "random:7", "random:7+neighbour"]

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from algorithms import registry
 from algorithms.ir import Kind
 from sim.bounds.cuts import BOUND_KINDS, BoundError, bound, cut_ratio
-from sim.bounds.packing import ROUTINGS, routed, synthesize
+from sim.bounds.packing import synthesize
 from sim.engine.reference import simulate
 from sim.topology import Node, Topology, cluster, fat_tree, fully_connected, ring, single_switch, torus
+from sim.topology.routing import ROUTINGS, routed
 from sim.topology.strategies import topologies
 
 B = 50e9

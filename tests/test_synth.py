@@ -12,7 +12,7 @@ from algorithms.ir import Kind
 from sim.bounds.cuts import bound
 from sim.bounds.packing import SYNTH_KINDS, SynthesisError, pack, synthesize
 from sim.engine.reference import simulate
-from sim.topology import Topology, cluster, fat_tree, from_spec, ring, single_switch, torus
+from sim.topology import Topology, TopologyError, cluster, fat_tree, from_spec, ring, single_switch, torus
 from sim.topology.strategies import topologies
 from sim.verify.verifier import verify
 
@@ -241,7 +241,7 @@ def test_cli_simulate_and_sweep_print_efficiency() -> None:
 def test_widest_routes_are_widest_by_brute_force(data: st.DataObject) -> None:
     import networkx as nx
 
-    from sim.bounds.packing import widest_routes
+    from sim.topology.routing import widest_routes
 
     p = data.draw(st.integers(2, 5), label="ranks")
     t = data.draw(topologies(p, max_switches=2), label="topology")
@@ -262,7 +262,7 @@ def test_widest_routes_are_widest_by_brute_force(data: st.DataObject) -> None:
 
 
 def test_widest_routes_keep_messages_inside_a_node_on_nvlink() -> None:
-    from sim.bounds.packing import widest_routes
+    from sim.topology.routing import widest_routes
 
     # NVLink hops slower in latency than two NIC hops (1.7 us against 1 us: dgx-h100's figures
     # before its network hops got NCCL's 4.8 us): the least-latency route inside a node is the NICs.
@@ -318,7 +318,7 @@ def test_star_packing_where_it_is_optimal() -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_neighbour_routes_keep_neighbours_on_their_links(data: st.DataObject) -> None:
-    from sim.bounds.packing import neighbour_routes, routed
+    from sim.topology.routing import neighbour_routes, routed
 
     p = data.draw(st.integers(2, 6), label="ranks")
     t = data.draw(topologies(p, max_switches=2), label="topology")
@@ -336,14 +336,14 @@ def test_neighbour_routes_keep_neighbours_on_their_links(data: st.DataObject) ->
             else:
                 assert r == t.route(a, b)
     assert routed(t, "shortest") is t
-    with pytest.raises(SynthesisError, match="routing must be one of"):
+    with pytest.raises(TopologyError, match="routing must be one of"):
         routed(t, "scenic")
 
 
 def test_neighbour_routes_let_synthesis_use_every_link() -> None:
     import networkx as nx
 
-    from sim.bounds.packing import neighbour_routes
+    from sim.topology.routing import neighbour_routes
 
     # A ring whose direct links are slow in latency: least-latency routes go the long way round
     # through a switch and never use the ring, whose bandwidth the cut bound counts.

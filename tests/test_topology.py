@@ -379,13 +379,21 @@ _PUBLIC_BEFORE_THE_SPLIT = (
 ).split()
 
 
-def test_sim_topology_re_exports_every_name_of_its_parts() -> None:
-    from sim.topology import builders as topology_builders
-    from sim.topology import files as topology_io
-    from sim.topology import graph as topology_graph
+# Added with the SPEC table (sim.topology.forms), the N-dimensional torus and the routing move (sim.topology.routing).
+_ADDED_WITH_THE_TABLE = (
+    "ROUTINGS TORUS_DIMENSIONS Form neighbour_routes parse_shape register_topology routed spec_forms topology_forms "
+    "torus_dimension widest_routes"
+).split()
 
-    assert sorted(T.__all__) == sorted(_PUBLIC_BEFORE_THE_SPLIT)
-    for name in _PUBLIC_BEFORE_THE_SPLIT:
-        homes = [m for m in (topology_graph, topology_builders, topology_io) if name in m.__all__]
-        assert len(homes) == 1, name
-        assert getattr(T, name) is getattr(homes[0], name), name
+
+def test_sim_topology_re_exports_every_name_of_its_parts() -> None:
+    from sim.topology import builders, errors, files, forms, graph, routing
+
+    assert sorted(T.__all__) == sorted(_PUBLIC_BEFORE_THE_SPLIT + _ADDED_WITH_THE_TABLE)
+    for name in T.__all__:
+        homes = [m for m in (graph, builders, files, forms, routing, errors) if name in m.__all__]
+        assert homes, name
+        assert all(getattr(T, name) is getattr(m, name) for m in homes), name
+    assert set(dir(T)) >= set(T.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nosuch'"):
+        T.nosuch  # noqa: B018

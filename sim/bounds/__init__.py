@@ -2,8 +2,8 @@
 
 - ``cuts``: exact max-flow cut bounds, the all-reduce traffic term and the latency term per kind, with
   the cut that attains them (``bound``);
-- ``packing``: synthesis by pipelined spanning-tree packing (``synthesize``), and explicit routes
-  (``routed``: widest, neighbour);
+- ``packing``: synthesis by pipelined spanning-tree packing (``synthesize``); explicit routes
+  (``routed``: widest, neighbour) are ``sim.topology.routing``'s, re-exported here;
 - ``synth``: the synthesizer as the registered algorithm ``synth`` (``-a synth --param topology=SPEC``),
   registered through the ``collsched.algorithms`` entry point.
 
@@ -24,8 +24,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_HOMES = {"BOUND_KINDS": "cuts", "Bound": "cuts", "BoundError": "cuts", "bound": "cuts", "ROUTINGS": "packing",
-          "SYNTH_KINDS": "packing", "SynthesisError": "packing", "routed": "packing", "synthesize": "packing"}
+_HOMES = {"BOUND_KINDS": "cuts", "Bound": "cuts", "BoundError": "cuts", "bound": "cuts",
+          "ROUTINGS": "sim.topology.routing", "SYNTH_KINDS": "packing", "SynthesisError": "packing",
+          "routed": "sim.topology.routing", "synthesize": "packing"}
 
 __all__ = ["BOUND_KINDS", "ROUTINGS", "SYNTH_KINDS", "Bound", "BoundError", "SynthesisError", "bound", "routed",
            "synthesize"]
@@ -34,5 +35,6 @@ __all__ = ["BOUND_KINDS", "ROUTINGS", "SYNTH_KINDS", "Bound", "BoundError", "Syn
 def __getattr__(name: str) -> Any:
     # Lazily: the registry imports ``sim.bounds.synth`` at its first lookup, which must not pull in networkx.
     if name in _HOMES:
-        return getattr(importlib.import_module(f"sim.bounds.{_HOMES[name]}"), name)
+        home = _HOMES[name]
+        return getattr(importlib.import_module(home if "." in home else f"sim.bounds.{home}"), name)
     raise AttributeError(f"module 'sim.bounds' has no attribute {name!r}")

@@ -17,6 +17,8 @@ from algorithms import formats as fileformat
 from algorithms import registry
 from algorithms.errors import UsageError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
+from sim.topology.forms import SPEC_FORMS
+from sim.topology.routing import ROUTINGS
 from sim.units import parse_bandwidth, parse_duration, parse_size
 
 __all__ = [
@@ -27,11 +29,8 @@ __all__ = [
 ]
 
 
-# Same texts as sim.topology.SPEC_FORMS and sim.topology.placement.PLACEMENT_FORMS, repeated so that building the
-# parser imports no networkx.
-SPEC_FORMS = "ring:P, uring:P, full:P, switch:P, torus:RxC, fattree:K, cluster:NxG, dgx-h100:N, or a topology file"
-
-
+# SPEC_FORMS comes from the SPEC table (sim.topology.forms, which imports no networkx); PLACEMENT_FORMS is the same
+# text as sim.topology.placement.PLACEMENT_FORMS, repeated so that building the parser imports no networkx.
 PLACEMENT_FORMS = "identity, snake (torus:RxC only), or a placement file (collsched.placement/1 JSON)"
 
 
@@ -205,16 +204,17 @@ def faults_from_args(args: argparse.Namespace) -> Any:
 
 
 def add_routing_arg(p: argparse.ArgumentParser) -> None:
-    """--routing: the simulator's least-latency routes, or explicit ones (``sim.bounds.packing.routed``)."""
-    p.add_argument("--routing", choices=("shortest", "widest", "neighbour"), default="shortest",
+    """--routing: the simulator's least-latency routes, or explicit ones (``sim.topology.routing.routed``)."""
+    p.add_argument("--routing", choices=ROUTINGS, default="shortest",
                    help="message routes: least latency (default); widest bottleneck where that is wider; or "
-                        "neighbouring ranks over their own link or shared switch (sim.bounds.packing.routed)")
+                        "neighbouring ranks over their own link or shared switch (sim.topology.routing.routed)")
 
 
 def add_network_args(p: argparse.ArgumentParser) -> None:
     add_routing_arg(p)
     p.add_argument("--topology", "-t", required=True, metavar="SPEC",
-                   help=f"{SPEC_FORMS}. Links run at 50 GB/s and 1 us unless --bandwidth/--latency say otherwise; "
+                   help=f"{SPEC_FORMS} (see `collsched list --topologies`). Links run at 50 GB/s and 1 us unless "
+                        "the SPEC's figures or --bandwidth/--latency say otherwise; "
                         "cluster: 450 GB/s, 0.5 us to the node switch and 50 GB/s, 1 us per NIC; dgx-h100: NCCL's "
                         "effective figures (docs/design.md). A machine file (collsched calibrate) also sets "
                         "--overhead, --reduce-bw, --launch and --message-cpu unless they are given")
@@ -283,7 +283,7 @@ def topology_from_args(args: argparse.Namespace) -> Any:
         topo = place(topo, placement(args.placement, topo, topo.ranks),
                      name=f"{topo.name} placed {Path(args.placement).name}")
     if getattr(args, "routing", "shortest") != "shortest":
-        from sim.bounds.packing import routed
+        from sim.topology.routing import routed
 
         topo = routed(topo, args.routing)
     return topo

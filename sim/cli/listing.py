@@ -1,4 +1,5 @@
-"""``collsched list``: the registered algorithms with their constraints, parameters and costs."""
+"""``collsched list``: the registered algorithms with their constraints, parameters and costs;
+``collsched list --topologies``: the topology SPEC forms (``sim.topology.forms``), user forms included."""
 
 from __future__ import annotations
 
@@ -12,7 +13,24 @@ from sim.cli.common import add_common_args
 __all__ = ["add_parser"]
 
 
+def _cmd_topologies(args: argparse.Namespace) -> int:
+    from sim.topology.forms import topology_forms
+
+    forms = list(topology_forms())
+    if args.json:
+        print(json.dumps({"ok": True, "topologies": [f.row() for f in forms]}, indent=1))
+        return 0
+    table = [("form", "constraints", "help")] + [(f.syntax, "; ".join(f.constraints) or "-", f.help) for f in forms]
+    widths = [max(len(row[i]) for row in table) for i in range(2)]
+    for row in table:
+        print(f"{row[0].ljust(widths[0])}  {row[1].ljust(widths[1])}  {row[2]}".rstrip())
+    print("or a topology file (collsched.topology/1 JSON, GraphML) or a machine file (collsched calibrate)")
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
+    if args.topologies:
+        return _cmd_topologies(args)
     rows = [
         {
             "collective": a.kind.value,
@@ -41,6 +59,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``collsched list``."""
-    p = subparsers.add_parser("list", help="list the registered algorithms with their constraints and costs")
-    add_common_args(p, json_help='print {"ok": true, "algorithms": [...]}')
+    p = subparsers.add_parser("list", help="list the registered algorithms with their constraints and costs "
+                                           "(--topologies: the topology SPEC forms)")
+    p.add_argument("--topologies", action="store_true",
+                   help="list the topology SPEC forms (form, constraints, help) instead, those of --import modules "
+                        "included")
+    add_common_args(p, json_help='print {"ok": true, "algorithms": [...]} ({"ok": true, "topologies": [...]} with '
+                                 '--topologies)')
     p.set_defaults(func=_cmd_list)

@@ -1,41 +1,50 @@
-"""Topology builders in the usual shapes, and the SPEC syntax that names them (``from_spec``).
+"""Topology builders in the usual shapes; the SPEC syntax that names them is ``sim.topology.forms``.
 
-Rings (uni- and bidirectional), fully connected, a single switch (star), a 2D
-torus, the k-ary fat tree of Al-Fares, Loukissas & Vahdat, "A scalable,
+Rings (uni- and bidirectional), fully connected, a single switch (star), an
+N-dimensional torus, the k-ary fat tree of Al-Fares, Loukissas & Vahdat, "A scalable,
 commodity data center network architecture", SIGCOMM 2008, and a
 hierarchical cluster of N nodes with G GPUs each (an NVLink-like switch
 inside every node, one NIC per GPU to a network switch). ``dgx_h100`` is that
 cluster with DGX H100 figures.
+
+Tori: ``torus(4, 4, 4)`` is the 4x4x4 torus (SPEC ``torus:4x4x4``), rank =
+(i_x·Y + i_y)·Z + i_z, the first size the slowest-varying digit (row-major, as
+``torus(rows, cols)`` always was: rank = row·cols + col). The dimensions are
+named ``x``, ``y``, ``z`` in the order written (any dimension is also ``d1``,
+``d2``, ..., 1-based), and each may carry its own link figures: ``bandwidth``
+and ``latency`` take one number for every dimension or a sequence of one per
+dimension; in a SPEC, ``torus:4x4@x=100GB/s,y=50GB/s/2us`` (each ``DIM=BW``,
+``DIM=BW/LAT`` or ``DIM=/LAT``; units as ``sim.units`` reads them; dimensions
+not named keep 50 GB/s and 1 us). Every dimension of size k > 2 is a ring of
+wrap-around links both ways; a dimension of 2 has one link pair between its two
+ranks (the wrap-around is the same cable), and a dimension of 1 has none.
 """
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Callable
+import math
+from collections.abc import Sequence
 
 import networkx as nx
 
-from sim.topology.files import load
 from sim.topology.graph import Node, Topology, TopologyError
 
 __all__ = [
     "DEFAULT_BANDWIDTH",
     "DEFAULT_LATENCY",
-    "MAX_SPEC_RANKS",
     "NIC_BANDWIDTH",
     "NIC_LATENCY",
     "NVLINK_BANDWIDTH",
     "NVLINK_LATENCY",
-    "SPEC_FORMS",
+    "TORUS_DIMENSIONS",
     "cluster",
     "dgx_h100",
     "fat_tree",
-    "from_spec",
     "fully_connected",
     "ring",
     "single_switch",
     "torus",
+    "torus_dimension",
     "unidirectional_ring",
 ]
 
@@ -119,21 +128,68 @@ def single_switch(p: int, *, bandwidth: float = DEFAULT_BANDWIDTH, latency: floa
     return Topology(g, f"switch:{p}")
 
 
-def torus(rows: int, cols: int, *, bandwidth: float = DEFAULT_BANDWIDTH,
-          latency: float = DEFAULT_LATENCY) -> Topology:
-    """2D torus of rows x cols ranks (rank = row·cols + col), wrap-around links both ways in both dimensions."""
-    for v, what in ((rows, "rows"), (cols, "cols")):
+TORUS_DIMENSIONS = ("x", "y", "z")
+"""Names of a torus's first three dimensions, in the order its sizes are written; ``d1``, ``d2``, ... name any."""
+
+
+def torus_dimension(name: str, count: int) -> int:
+    """The index of the dimension ``name`` (``x``, ``y``, ``z`` or ``d1``..``dN``) of a torus of ``count``
+    dimensions; ``TopologyError`` naming the dimensions it has otherwise."""
+    names = [*TORUS_DIMENSIONS[:count], *(f"d{i + 1}" for i in range(count))]
+    key = name.strip().lower()
+    if key in TORUS_DIMENSIONS[:count]:
+        return TORUS_DIMENSIONS.index(key)
+    if key.startswith("d") and key[1:].isdigit() and 1 <= int(key[1:]) <= count:
+        return int(key[1:]) - 1
+    raise TopologyError(f"torus: no dimension {name!r} in {count} dimensions (they are {', '.join(names)})")
+
+
+def _per_dimension(value: float | Sequence[float], count: int, what: str) -> list[float]:
+    values = [value] * count if isinstance(value, int | float) else list(value)
+    if len(values) != count:
+        raise TopologyError(f"torus: {what} takes one number or one per dimension ({count}), got {len(values)}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise TopologyError(f"torus: {what} must be finite numbers, got {v!r}")
+    return [float(v) for v in values]
+
+
+def _figures(bandwidth: float, latency: float) -> str:
+    return f"{bandwidth / 1e9:.12g}GB/s/{latency * 1e6:.12g}us"
+
+
+def torus(*dims: int, bandwidth: float | Sequence[float] = DEFAULT_BANDWIDTH,
+          latency: float | Sequence[float] = DEFAULT_LATENCY) -> Topology:
+    """Torus of ``dims[0] x dims[1] x ...`` ranks (module docstring): at least two dimensions, each >= 1,
+    rank row-major, wrap-around links both ways in every dimension.
+
+    ``bandwidth``/``latency``: one figure for every link, or one per dimension (the links along it).
+    The name is the SPEC: ``torus:4x4x4``, with ``@x=...,y=...`` when the dimensions' figures differ.
+    """
+    if len(dims) < 2:
+        raise TopologyError(f"torus: needs at least two dimensions (a ring is ring:P), got {list(dims)}")
+    for k, v in enumerate(dims):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            what = ("rows", "cols")[k] if len(dims) == 2 else f"dimension {k + 1}"
             raise TopologyError(f"torus: {what} must be an integer >= 1, got {v!r}")
-    g = _graph(rows * cols, "torus")
-    for i in range(rows):
-        for j in range(cols):
-            r = i * cols + j
-            if cols > 1:
-                _link(g, r, i * cols + (j + 1) % cols, bandwidth, latency)
-            if rows > 1:
-                _link(g, r, ((i + 1) % rows) * cols + j, bandwidth, latency)
-    return Topology(g, f"torus:{rows}x{cols}")
+    bws = _per_dimension(bandwidth, len(dims), "bandwidth")
+    lats = _per_dimension(latency, len(dims), "latency")
+    total = math.prod(dims)
+    g = _graph(total, "torus")
+    strides = [math.prod(dims[k + 1:]) for k in range(len(dims))]
+    for r in range(total):
+        # The last dimension first, as the 2-D torus always linked a rank's column neighbour before its row
+        # neighbour: the same links in the same order, so link ids (and every result keyed by them) stay put.
+        for k in reversed(range(len(dims))):
+            size = dims[k]
+            if size > 1:
+                here = (r // strides[k]) % size
+                _link(g, r, r + (((here + 1) % size) - here) * strides[k], bws[k], lats[k])
+    name = "torus:" + "x".join(map(str, dims))
+    if len(set(bws)) > 1 or len(set(lats)) > 1:
+        labels = [*TORUS_DIMENSIONS, *(f"d{i + 1}" for i in range(3, len(dims)))]
+        name += "@" + ",".join(f"{labels[k]}={_figures(bws[k], lats[k])}" for k in range(len(dims)))
+    return Topology(g, name)
 
 
 def fat_tree(k: int, *, bandwidth: float = DEFAULT_BANDWIDTH, latency: float = DEFAULT_LATENCY) -> Topology:
@@ -190,67 +246,3 @@ def dgx_h100(nodes: int) -> Topology:
     return cluster(nodes, 8, nvlink_bandwidth=NVLINK_BANDWIDTH * DGX_NVLINK_EFFICIENCY,
                    nvlink_latency=DGX_NVLINK_LATENCY, nic_bandwidth=NIC_BANDWIDTH * DGX_NIC_EFFICIENCY,
                    nic_latency=DGX_NIC_LATENCY, name=f"dgx-h100:{nodes}")
-
-
-# -- the SPEC syntax ------------------------------------------------------------------------
-
-SPEC_FORMS = "ring:P, uring:P, full:P, switch:P, torus:RxC, fattree:K, cluster:NxG, dgx-h100:N, or a topology file"
-
-
-def _ints(text: str, count: int, spec: str) -> list[int]:
-    parts = text.lower().split("x")
-    if len(parts) != count or not all(re.fullmatch(r"[0-9]+", s) for s in parts):
-        shape = "x".join("N" * 1 for _ in range(count))
-        raise TopologyError(f"topology {spec!r}: expected {shape} after the colon, got {text!r}")
-    return [int(s) for s in parts]
-
-
-_SIMPLE: dict[str, Callable[..., Topology]] = {
-    "ring": ring,
-    "uring": unidirectional_ring,
-    "full": fully_connected,
-    "switch": single_switch,
-    "fattree": fat_tree,
-}
-
-
-MAX_SPEC_RANKS = 1 << 16
-"""Largest world a SPEC may build (a full mesh: 2048 ranks, about 4 M links)."""
-
-
-def _bounded(spec: str, ranks: int, limit: int = MAX_SPEC_RANKS) -> None:
-    if ranks > limit:
-        raise TopologyError(f"topology {spec!r}: {ranks} ranks is more than the {limit} a SPEC may build")
-
-
-def from_spec(spec: str, *, bandwidth: float | None = None, latency: float | None = None) -> Topology:
-    """The topology a SPEC names (``SPEC_FORMS``); ``bandwidth``/``latency``, when given, set every link."""
-    m = re.fullmatch(r"([a-z][a-z0-9-]*):(.+)", spec.strip())
-    topo: Topology
-    if m and m.group(1) in (*_SIMPLE, "torus", "cluster", "dgx-h100"):
-        kind, arg = m.group(1), m.group(2)
-        if kind in _SIMPLE:
-            (n,) = _ints(arg, 1, spec)
-            _bounded(spec, n if kind != "fattree" else n**3 // 4, 2048 if kind == "full" else MAX_SPEC_RANKS)
-            topo = _SIMPLE[kind](n)
-        elif kind == "torus":
-            rows, cols = _ints(arg, 2, spec)
-            _bounded(spec, rows * cols)
-            topo = torus(rows, cols)
-        elif kind == "cluster":
-            nodes, gpus = _ints(arg, 2, spec)
-            _bounded(spec, nodes * gpus)
-            topo = cluster(nodes, gpus)
-        else:
-            (n,) = _ints(arg, 1, spec)
-            _bounded(spec, 8 * n)
-            topo = dgx_h100(n)
-    elif os.path.exists(spec):
-        topo = load(spec)
-    elif os.sep in spec or spec.lower().endswith((".json", ".graphml", ".xml")):
-        raise TopologyError(f"topology file {spec}: no such file")
-    else:
-        raise TopologyError(f"unknown topology {spec!r}: expected {SPEC_FORMS}")
-    if bandwidth is not None or latency is not None:
-        topo = topo.with_links(bandwidth=bandwidth, latency=latency)
-    return topo

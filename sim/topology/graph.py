@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from algorithms.errors import CollschedError
+from sim.topology.errors import TopologyError
 
 __all__ = ["Link", "Node", "RouteLinks", "Topology", "TopologyError"]
 
@@ -35,10 +35,6 @@ Node = int | str
 Link = tuple[Node, Node]
 RouteLinks = tuple[tuple[int, ...], float]
 """Link ids along a route, and the route's total latency in seconds."""
-
-
-class TopologyError(CollschedError, ValueError):
-    """A topology, topology file or route is invalid; the message names the node, link or field."""
 
 
 def _name(node: Node) -> str:

@@ -59,7 +59,7 @@ def placement(spec: str, topology: Topology, ranks: int) -> tuple[Node, ...]:
     if spec == "identity":
         return tuple(range(ranks))
     if spec == "snake":
-        m = re.fullmatch(r"torus:([0-9]+)x([0-9]+)", topology.name)
+        m = re.fullmatch(r"torus:([0-9]+)x([0-9]+)(?:@.*)?", topology.name)  # per-dimension figures keep it 2-D
         if m is None:
             raise TopologyError(
                 f"placement 'snake' needs a 2-D torus (torus:RxC), but topology {topology.name!r} is not one")
