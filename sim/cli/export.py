@@ -7,7 +7,15 @@ import json
 from typing import Any
 
 from algorithms import formats as fileformat
-from sim.cli.common import add_common_args, add_output_args, add_schedule_args, save_schedule, schedule_from_args
+from algorithms.ir import Kind, Schedule
+from sim.cli.common import (
+    add_common_args,
+    add_output_args,
+    add_schedule_args,
+    is_msccl,
+    save_schedule,
+    schedule_from_args,
+)
 
 __all__ = ["add_parser"]
 
@@ -20,7 +28,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                           "steps": len(schedule.steps), "transfers": schedule.num_transfers}))
     else:
         print(f"wrote {args.output}: {schedule.name} ({schedule.collective.describe()}), "
-              f"{len(schedule.steps)} steps, {schedule.num_transfers} transfers")
+              f"{len(schedule.steps)} steps, {schedule.num_transfers} transfers{_msccl_note(schedule, args)}")
     return 0
 
 
@@ -33,8 +41,25 @@ def _cmd_export(args: argparse.Namespace) -> int:
                           "steps": len(schedule.steps), "transfers": schedule.num_transfers}))
     else:
         print(f"wrote {args.output}: {schedule.name} ({schedule.collective.describe()}), "
-              f"{len(schedule.steps)} steps, {schedule.num_transfers} transfers")
+              f"{len(schedule.steps)} steps, {schedule.num_transfers} transfers{_msccl_note(schedule, args)}")
     return 0
+
+
+def _msccl_note(schedule: Schedule, args: argparse.Namespace) -> str:
+    """For an MSCCL-IR file: its channels, and how much finer its chunks are (``--nchannels`` may cut them)."""
+    if not is_msccl(str(args.output)):
+        return ""
+    from algorithms.formats.msccl import parse_msccl
+
+    program = parse_msccl(str(args.output))
+    coll = schedule.collective
+    per_loop = coll.chunks * (1 if coll.kind is Kind.ALLREDUCE else coll.ranks)
+    n = program.attrs.get("nchannels", "?")
+    note = f"; MSCCL-IR on {n} channel{'' if n == '1' else 's'}"
+    if program.chunks != per_loop:
+        note += (f", every chunk cut in {program.chunks // per_loop} to spread the transfers "
+                 f"(nchunksperloop={program.chunks})")
+    return note
 
 
 def add_parser(subparsers: Any) -> None:

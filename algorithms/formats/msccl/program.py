@@ -26,6 +26,8 @@ from algorithms.ir import MAX_RANKS, MAX_SLOTS, Buf, Kind
 
 MAX_CNT = 71
 """The executor's limit on a step's ``cnt`` (it must be below 72)."""
+MAX_CHANNELS = 1024
+"""Channel ids run 0..1023 (what this reader accepts)."""
 MAX_TBS_PER_CHANNEL = 32
 """At most this many thread blocks per channel may send, and this many may receive."""
 PROTO_SLOTS = {"Simple": 2, "LL": 8, "LL128": 8}
@@ -221,8 +223,8 @@ class _Parser:
                     raise _Reject(f"{where}: {name} peer is the gpu itself")
                 if not -1 <= peer < self.program.ngpus:
                     raise _Reject(f"{where}: {name}={peer} out of range -1..{self.program.ngpus - 1}")
-            if not 0 <= chan < 1024:
-                raise _Reject(f"{where}: chan={chan} out of range 0..1023")
+            if not 0 <= chan < MAX_CHANNELS:
+                raise _Reject(f"{where}: chan={chan} out of range 0..{MAX_CHANNELS - 1}")
             self.tb = ProgramTb(tid, send, recv, chan, self.p.CurrentLineNumber)
             g.tbs.append(self.tb)
             return

@@ -1,4 +1,4 @@
-"""Writing collsched schedules as MSCCL-IR: ``dumps_msccl``, ``save_msccl``, ``stage_reductions``.
+"""Writing collsched schedules as MSCCL-IR: ``dumps_msccl``, ``save_msccl``, ``stage_reductions``, ``split_channels``.
 
 Each remote transfer becomes an ``s`` on the sender and an ``r`` (copy) or
 ``rrc`` (reduce) on the receiver, each local one a ``cpy``/``re``; thread blocks
@@ -20,8 +20,8 @@ from xml.sax.saxutils import quoteattr
 
 from algorithms.errors import ScheduleError
 from algorithms.formats.msccl.execution import slot_key
-from algorithms.formats.msccl.program import MAX_CNT, MAX_TBS_PER_CHANNEL, PROTO_SLOTS
-from algorithms.ir import Buf, Kind, Op, Schedule, Step, Transfer
+from algorithms.formats.msccl.program import MAX_CHANNELS, MAX_CNT, MAX_TBS_PER_CHANNEL, PROTO_SLOTS
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
 from algorithms.registry import no_gc
 
 _EXPORT_KINDS = {Kind.ALLREDUCE: "allreduce", Kind.ALLGATHER: "allgather", Kind.REDUCESCATTER: "reducescatter",
@@ -297,14 +297,71 @@ def stage_reductions(schedule: Schedule) -> Schedule:
     return Schedule(schedule.collective, schedule.name, tuple(steps), base + need)
 
 
+def split_channels(schedule: Schedule, nchannels: int) -> Schedule:
+    """The schedule with remote transfers cut into pieces, so that every connection carries at least
+    ``nchannels`` transfers in each step it is used (as MSCCLang's ``instances`` do).
+
+    Per step and pair of ranks with m < ``nchannels`` transfers, the transfers are
+    cut into ``nchannels`` pieces in all (as evenly as the transfers allow); the
+    export puts each piece of a step and pair on its own thread block and channel.
+    Where a transfer has fewer chunks than pieces, every chunk of the collective
+    is first cut into f equal parts (the smallest f that gives each piece a
+    chunk): all buffer indices and counts scale by f, so the file's
+    ``nchunksperloop`` is f times larger and the data moved is the same. Local
+    transfers only scale. A schedule already that wide comes back as it is.
+    """
+    if nchannels <= 1:
+        return schedule
+    pieces: list[list[int]] = []  # per step, per transfer: how many pieces (1: left whole)
+    f = 1
+    for step in schedule.steps:
+        by_pair: dict[tuple[int, int], list[int]] = {}
+        for i, t in enumerate(step.transfers):
+            if t.src != t.dst:
+                by_pair.setdefault((t.src, t.dst), []).append(i)
+        cut = [1] * len(step.transfers)
+        for idx in by_pair.values():
+            if len(idx) >= nchannels:
+                continue
+            each, extra = divmod(nchannels, len(idx))
+            for j, i in enumerate(idx):
+                cut[i] = each + (j < extra)
+                f = max(f, -(-cut[i] // step.transfers[i].count))
+        pieces.append(cut)
+    if f == 1 and all(k == 1 for cut in pieces for k in cut):
+        return schedule
+    coll = schedule.collective
+    try:
+        refined = Collective(coll.kind, coll.ranks, coll.chunks * f, coll.root)
+        steps: list[Step] = []
+        for step, cut in zip(schedule.steps, pieces, strict=True):
+            out: list[Transfer] = []
+            for t, k in zip(step.transfers, cut, strict=True):
+                si, di, n = t.src_index * f, t.dst_index * f, t.count * f
+                each, extra = divmod(n, k)
+                at = 0
+                for j in range(k):
+                    m = each + (j < extra)
+                    out.append(t._replace(src_index=si + at, dst_index=di + at, count=m))
+                    at += m
+            steps.append(Step(tuple(out)))
+        return Schedule(refined, schedule.name, tuple(steps), schedule.scratch_chunks * f)
+    except ScheduleError as e:
+        raise ScheduleError(f"nchannels={nchannels}: spreading the transfers over {nchannels} channels cuts "
+                            f"every chunk into {f}, and then {e} (ask for fewer channels)") from None
+
+
 def dumps_msccl(schedule: Schedule, *, name: str | None = None, proto: str = "Simple", nchannels: int = 1,
                 min_bytes: int = 0, max_bytes: int = 0, max_steps: int = 64, staged: bool = False) -> str:
     """The schedule as MSCCL-IR XML the MSCCL executor (NCCL) and RCCL accept as written (module docstring).
 
-    ``proto``: Simple, LL or LL128. ``nchannels``: spread connections over at
-    least this many channels (more are used where a thread block would exceed
-    ``max_steps`` steps, the executor's MSCCL_MAX_NUM_STEPS, or a channel would
-    get more than 32 senders or receivers). ``min_bytes``/``max_bytes``: the
+    ``proto``: Simple, LL or LL128. ``nchannels``: spread every connection over
+    at least this many channels, cutting transfers into pieces where a step has
+    fewer (``split_channels``: the file's chunks may be cut finer, its
+    ``nchunksperloop`` grows by that factor); more channels are used where a
+    step already has more transfers between two ranks, a thread block would
+    exceed ``max_steps`` steps, the executor's MSCCL_MAX_NUM_STEPS, or a channel
+    would get more than 32 senders or receivers. ``min_bytes``/``max_bytes``: the
     call sizes the executor picks this algorithm for (0: unlimited). ``staged``:
     write ``stage_reductions(schedule)`` (concurrent reductions into one slot
     received into scratch and added locally, instead of taking turns). Allreduce
@@ -323,9 +380,13 @@ def dumps_msccl(schedule: Schedule, *, name: str | None = None, proto: str = "Si
                           ("max_bytes", max_bytes, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ScheduleError(f"{label} must be an integer >= {low}, got {v!r}")
+    if nchannels > MAX_CHANNELS:
+        raise ScheduleError(f"nchannels={nchannels} is over {MAX_CHANNELS}, the most channel ids MSCCL-IR "
+                            "readers accept")
     p = coll.ranks
     if staged:
         schedule = stage_reductions(schedule)
+    schedule = split_channels(schedule, nchannels)
     with no_gc():
         ops = _export_ops(schedule)
         per_tb = max_steps
