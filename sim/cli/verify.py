@@ -17,11 +17,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from sim.verify.verifier import verify
 
     findings: list[Any] = []
+    checked = False  # an MSCCL-IR file: its check's count is printed, also when it found nothing
     if getattr(args, "file", None) and is_msccl(args.file):
         # MSCCL-IR: the static executability check first; what would hang or be rejected is a violation.
         from algorithms.formats.msccl import check_msccl
 
         findings = check_msccl(args.file)
+        checked = True
         errors = [f for f in findings if f.severity == "error"]
         try:
             schedule = schedule_from_args(args)
@@ -41,9 +43,22 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(json.dumps(d))
     else:
         print(report)
-        for f in findings:
-            print(f"  MSCCL {f}")
+        if checked:
+            _print_check(findings)
     return 0 if ok else 1
+
+
+def _print_check(findings: Sequence[Any]) -> None:
+    """``MSCCL check: E errors, W warnings``, then each finding."""
+    errors = sum(1 for f in findings if f.severity == "error")
+    warnings = len(findings) - errors
+    print(f"  MSCCL check: {_count(errors, 'error')}, {_count(warnings, 'warning')}")
+    for f in findings:
+        print(f"  MSCCL {f}")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
 def _print_findings(args: argparse.Namespace, findings: Sequence[Any], head: str) -> int:
@@ -53,8 +68,7 @@ def _print_findings(args: argparse.Namespace, findings: Sequence[Any], head: str
                           "msccl_findings": [f.to_dict() for f in findings]}))
     else:
         print(head)
-        for f in findings:
-            print(f"  MSCCL {f}")
+        _print_check(findings)
     return 1
 
 
