@@ -101,7 +101,8 @@ def test_report_text_lists_every_violation() -> None:
     report = verify(broken)
     text = str(report)
     assert f"{len(report.violations)} violation(s)" in text
-    assert text.count("\n") == len(report.violations)
+    assert text.count("\n") == len(report.violations) + 1  # and the summary by kind, last
+    assert text.splitlines()[-1] == f"  summary: {len(report.violations)} wrong_slot"
 
 
 def _replace(schedule: Schedule, si: int, ti: int, t: Transfer | None) -> Schedule:

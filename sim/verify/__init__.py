@@ -1,7 +1,8 @@
 """Correctness: what a schedule means and whether it does what its collective promises.
 
 - ``semantics``: symbolic slot contents, the slot layout, the write rule, initial state, postconditions;
-- ``verifier``: lockstep symbolic execution, ``verify`` and the location of wrong slots;
+- ``verifier``: lockstep symbolic execution, ``verify`` and the location of wrong slots; ``assert_verified``
+  for tests (an ``AssertionError`` that names the schedule and lists what is wrong);
 - ``fast``: the verifier's semantics on compact columns, for tens of millions of transfers;
 - ``report``: ``Violation`` and ``VerifyReport``, what both verifiers return;
 - ``dataflow``: the dataflow graph of a schedule and its execution in any order it allows;
@@ -14,6 +15,6 @@ True
 """
 
 from sim.verify.report import VerifyReport, Violation
-from sim.verify.verifier import verify
+from sim.verify.verifier import assert_verified, verify
 
-__all__ = ["Violation", "VerifyReport", "verify"]
+__all__ = ["Violation", "VerifyReport", "assert_verified", "verify"]

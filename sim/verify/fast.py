@@ -176,7 +176,7 @@ class _Runner:
         self.races = races
         self.limit = limit
         self.bad: list[Violation] = []
-        self.dropped = 0
+        self.dropped: dict[str, int] = {}
         self.idempotent = schedule.collective.kind is Kind.BARRIER
         cols = schedule.columns()
         bases = np.array([self.layout.bases[b] for b in BUFS], dtype=np.int64)
@@ -196,7 +196,7 @@ class _Runner:
 
     def _report(self, kind: str, t: int, k: int, what: str, at_dst: bool) -> None:
         if len(self.bad) >= self.limit:
-            self.dropped += 1
+            self.dropped[kind] = self.dropped.get(kind, 0) + 1
             return
         si, ti, tr = self.schedule.transfer(t)
         rank, buf, idx = (tr.dst, tr.dst_buf, tr.dst_index + k) if at_dst else (tr.src, tr.src_buf, tr.src_index + k)
@@ -209,8 +209,8 @@ class _Runner:
         for lo, hi in itertools.pairwise(off.tolist()):
             if hi > lo:
                 self._step(lo, hi)
-        if self.dropped:
-            self.bad.append(Violation("more", f"{self.dropped} more violation(s) not listed"))
+        for kind, n in self.dropped.items():
+            self.bad.append(Violation(kind, f"{n} more {kind} violation(s) not listed", count=n))
         return self.bad
 
     def _step(self, lo: int, hi: int) -> None:
@@ -382,13 +382,15 @@ def check(schedule: Schedule, state: CompactState, limit: int = 1000) -> list[Vi
         msg = f"rank {r} {buf}[{i}]: expected {describe_text(want)}, got {describe_text(got)}"
         out.append(Violation(WRONG_SLOT, msg, rank=r, buf=buf.value, index=i, expected=want, actual=got))
     if len(bad_slots) > limit:
-        out.append(Violation(WRONG_SLOT, f"{len(bad_slots) - limit} more wrong slot(s) not listed"))
+        n = len(bad_slots) - limit
+        out.append(Violation(WRONG_SLOT, f"{n} more wrong slot(s) not listed", count=n))
     return out
 
 
 def verdict(schedule: Schedule, *, races: bool = True, limit: int = 1000,
             hints: list[Hint] | None = None) -> list[Violation]:
-    """Every violation ``sim.verify.verifier.verify`` would find (up to ``limit`` of each list); empty when correct.
+    """Every violation ``sim.verify.verifier.verify`` would find (up to ``limit`` of each list, then one entry per kind
+    counting the rest: ``Violation.count``); empty when correct.
 
     With a ``hints`` list, the dead writes verify would list are appended to it (up to ``limit``)."""
     state, bad, _dropped = _run(schedule, races, limit, hints)

@@ -12,7 +12,7 @@ from typing import Any
 from sim.verify.semantics import describe
 
 __all__ = ["DEAD_WRITE", "DOUBLE_COUNT", "RACE", "UNINITIALISED_READ", "WRONG_SLOT", "Hint", "Violation",
-           "VerifyReport", "dead_write"]
+           "VerifyReport", "dead_write", "schedule_title"]
 
 WRONG_SLOT = "wrong_slot"
 RACE = "race"
@@ -39,10 +39,15 @@ class Violation:
     missing: tuple[tuple[int, int, int | None], ...] = ()
     """Wrong slot: (chunk, rank mask, last step) per group of contributions it lacks; the last step
     after which some slot held them, -1 for only before step 0, None when never present."""
+    count: int = 1
+    """How many violations of this kind the entry stands for: more than 1 for the compact verifier's
+    ``"N more ... not listed"`` entries, so that the report's summary counts them all."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; contributions as ``[{"chunk", "ranks"}]``."""
         d: dict[str, Any] = {"kind": self.kind, "message": self.message}
+        if self.count != 1:
+            d["count"] = self.count
         for name in ("step", "transfer", "rank", "buf", "index"):
             if getattr(self, name) is not None:
                 d[name] = getattr(self, name)
@@ -120,11 +125,43 @@ class VerifyReport:
         """True when the schedule meets its postcondition with no race, double count or bad read."""
         return not self.violations
 
+    @property
+    def title(self) -> str:
+        """The schedule's name and collective, e.g. ``binomial (broadcast p=4 C=1 root=2)``."""
+        return schedule_title(self.schedule_name, self.collective)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        """Violations by kind, most frequent first (unlisted ones included), e.g. ``{"wrong_slot": 12, "race": 3}``."""
+        counts: dict[str, int] = {}
+        for v in self.violations:
+            counts[v.kind] = counts.get(v.kind, 0) + v.count
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))  # stable: ties in order of first appearance
+
+    def text(self, limit: int | None = None) -> str:
+        """``str(report)``, listing at most ``limit`` violations and ``limit`` hints (None: all)."""
+        n = sum(v.count for v in self.violations)
+        lines = [f"{self.title}: {self.steps} steps, {self.transfers} transfers: "
+                 + ("OK" if self.ok else f"{n} violation(s)")]
+        lines += [f"  {v}" for v in self.violations[:limit]]
+        if limit is not None and len(self.violations) > limit:
+            lines.append(f"  ... and {len(self.violations) - limit} more")
+        lines += [f"  hint: {h}" for h in self.hints[:limit]]
+        more_hints = self.hints_not_listed + (len(self.hints) - limit if limit is not None and len(self.hints) > limit
+                                              else 0)
+        if more_hints:
+            lines.append(f"  hint: {more_hints} more dead write(s) not listed")
+        if not self.ok:
+            lines.append("  summary: " + ", ".join(f"{c} {k}" for k, c in self.summary.items()))
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         """``{"ok", "violations", "transfers", "steps"}`` as the CLI prints it; ``"hints"`` (``Hint.to_dict``)
         when there are any, and ``"hints_not_listed"`` when the compact verifier listed only some."""
         d: dict[str, Any] = {"ok": self.ok, "violations": [v.to_dict() for v in self.violations],
                              "transfers": self.transfers, "steps": self.steps}
+        if not self.ok:
+            d["summary"] = self.summary
         if self.hints or self.hints_not_listed:
             d["hints"] = [h.to_dict() for h in self.hints]
         if self.hints_not_listed:
@@ -132,12 +169,11 @@ class VerifyReport:
         return d
 
     def __str__(self) -> str:
-        head = f"{self.schedule_name} ({self.collective}): {self.steps} steps, {self.transfers} transfers: "
-        lines = [head + ("OK" if self.ok else f"{len(self.violations)} violation(s)")]
-        lines += [f"  {v}" for v in self.violations]
-        lines += [f"  hint: {h}" for h in self.hints]
-        if self.hints_not_listed:
-            lines.append(f"  hint: {self.hints_not_listed} more dead write(s) not listed")
-        return "\n".join(lines)
+        return self.text()
+
+
+def schedule_title(name: str, collective: str) -> str:
+    """How reports name a schedule: its name and its collective's ``describe()``, ``ring (allreduce p=8 C=8)``."""
+    return f"{name} ({collective})"
 
 

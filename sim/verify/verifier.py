@@ -36,7 +36,7 @@ from sim.verify.report import (
 )
 from sim.verify.semantics import Content, SlotLayout, combine, describe_text, expected_state, initial_state
 
-__all__ = ["Violation", "VerifyReport", "check_final", "execute", "locate", "verify"]
+__all__ = ["Violation", "VerifyReport", "assert_verified", "check_final", "execute", "locate", "verify"]
 
 def _where(layout: SlotLayout, slot: int) -> str:
     r, buf, i = layout.where(slot)
@@ -316,3 +316,32 @@ def verify(schedule: Schedule) -> VerifyReport:
     bad.extend(check_final(schedule, state, layout))
     return VerifyReport(schedule.name, schedule.collective.describe(), len(schedule.steps),
                         schedule.num_transfers, tuple(bad), sort_hints(hints))
+
+
+def assert_verified(schedule: Schedule, *, limit: int = 20) -> VerifyReport:
+    """``verify(schedule)``, raising ``AssertionError`` when it finds a violation; the report otherwise.
+
+    The message names the schedule (its name and collective: kind, world size, chunks, root) and lists
+    at most ``limit`` violations (then ``... and N more``), its hints likewise, and the summary by kind:
+    in a property test, ``assert_verified(schedule)`` says what is wrong where ``assert verify(schedule).ok``
+    says only ``assert False``.
+
+    >>> from algorithms import Schedule, build
+    >>> assert_verified(build("allreduce", "ring", 4)).ok
+    True
+    >>> s = build("broadcast", "binomial", 4, root=2)
+    >>> assert_verified(Schedule(s.collective, s.name, s.steps[:-1]))
+    Traceback (most recent call last):
+    ...
+    AssertionError: binomial (broadcast p=4 C=1 root=2) fails verification: 1 steps, 1 transfers: 2 violation(s)
+      rank 0 input[0]: expected chunk 0 from rank 2, got nothing; no transfer wrote it;
+        chunk 0 from rank 2 is still held elsewhere at the end
+      rank 1 input[0]: expected chunk 0 from rank 2, got nothing; no transfer wrote it;
+        chunk 0 from rank 2 is still held elsewhere at the end
+      summary: 2 wrong_slot
+    """
+    report = verify(schedule)
+    if not report.ok:
+        text = report.text(limit)
+        raise AssertionError(text.replace(f"{report.title}: ", f"{report.title} fails verification: ", 1))
+    return report
