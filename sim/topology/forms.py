@@ -99,7 +99,7 @@ class Form:
         """``parse(text)``, checked against ``max_ranks``; errors name the SPEC."""
         try:
             args = self.parse(text)
-        except (TopologyError, ValueError) as e:  # UsageError (sim.units) is a ValueError too
+        except (CollschedError, ValueError) as e:  # TopologyError, or UsageError from sim.units
             raise TopologyError(f"topology {spec!r}: {e}") from None
         if not isinstance(args, tuple | Mapping):
             raise TopologyError(f"topology form {self.name!r}: parse returned {type(args).__name__}, "
@@ -229,8 +229,8 @@ def from_spec(spec: str, *, bandwidth: float | None = None, latency: float | Non
         if isinstance(args, Mapping):
             for what, value in (("bandwidth", bandwidth), ("latency", latency)):
                 if value is not None and args.get(what) is not None:
-                    raise TopologyError(f"topology {spec!r} sets its own {what}s, and a {what} for every link "
-                                        f"(--{what}) would override them: give one or the other")
+                    raise TopologyError(f"topology {spec!r} sets its own {what}, and a {what} for every link "
+                                        f"(--{what}) would override it: give one or the other")
         topo = found.builder(*args) if isinstance(args, tuple) else found.builder(**args)
     elif os.path.exists(spec):
         from sim.topology.files import load
