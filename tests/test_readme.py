@@ -1,6 +1,6 @@
-"""README's code blocks run as written.
+"""README's code blocks, and docs/usage.md's, run as written.
 
-Every fenced block of README.md is found; what happens to it depends on its
+Every fenced block of README.md and docs/usage.md is found (README first); what happens to it depends on its
 language and on an optional tag, an HTML comment on the line right above the
 opening fence (invisible on GitHub):
 
@@ -44,6 +44,7 @@ from algorithms import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = (README, ROOT / "docs" / "usage.md")
 TAG = re.compile(r"<!--\s*readme-test:\s*(?P<what>\w+)\s*(?P<arg>.*?)\s*-->")
 
 
@@ -55,12 +56,13 @@ class Block:
     text: str
     tag: str | None
     arg: str
+    file: str = "README.md"
 
     def where(self) -> str:
-        return f"README.md:{self.line} ({self.lang or 'plain'} block)"
+        return f"{self.file}:{self.line} ({self.lang or 'plain'} block)"
 
 
-def blocks(text: str) -> list[Block]:
+def blocks(text: str, file: str = "README.md") -> list[Block]:
     """Every fenced block of a markdown text, with the readme-test tag right above it (if any)."""
     lines = text.splitlines()
     out: list[Block] = []
@@ -75,17 +77,17 @@ def blocks(text: str) -> list[Block]:
         while j < len(lines) and not lines[j].startswith("```"):
             j += 1
         if j == len(lines):
-            raise AssertionError(f"README.md:{start + 1}: a fenced block is never closed")
+            raise AssertionError(f"{file}:{start + 1}: a fenced block is never closed")
         tag = TAG.search(lines[start - 1]) if start > 0 else None
         if tag is None and start > 0 and "readme-test" in lines[start - 1]:
-            raise AssertionError(f"README.md:{start}: malformed readme-test tag {lines[start - 1]!r}")
+            raise AssertionError(f"{file}:{start}: malformed readme-test tag {lines[start - 1]!r}")
         out.append(Block(start + 1, m.group(1), "\n".join(lines[start + 1:j]) + "\n",
-                         tag.group("what") if tag else None, tag.group("arg") if tag else ""))
+                         tag.group("what") if tag else None, tag.group("arg") if tag else "", file))
         i = j + 1
     return out
 
 
-ALL = blocks(README.read_text())
+ALL = [b for path in DOCS for b in blocks(path.read_text(), str(path.relative_to(ROOT)))]
 KNOWN_TAGS = {"torchrun", "file", "run", "skip"}
 
 
