@@ -153,6 +153,32 @@ def test_python_blocks_run(workdir: Path) -> None:
     _run_python_blocks()
 
 
+def test_the_declared_algorithm_example_is_what_it_says(workdir: Path) -> None:
+    """README's "declare what it takes" example: a chunks parameter, a check, constraints and a Cost that
+    match the schedule it builds (cost measured here from the transfers, by hand: one port per rank)."""
+    _run_python_blocks()
+    from algorithms.ir import Kind
+    from sim.verify import verify
+
+    alg = registry.get("allreduce", "my-ring-k")
+    assert [p.name for p in alg.parameters] == ["chunks", "group"] and alg.constraints == ("group divides p",)
+    assert alg.unsupported(5, {}) is not None and alg.unsupported(6, {"group": 3}) is None
+    p, k, n = 6, 3, 6 * 3 * 1024.0
+    s = alg.build(p, chunks=k, group=3)
+    assert s.collective.kind is Kind.ALLREDUCE and s.collective.chunks == p * k and verify(s).ok
+    chunk = n / (p * k)
+    bytes_path = sum(max(sum(1 for t in st.transfers if t.src == r) for r in range(p)) for st in s.steps) * chunk
+    assert alg.cost is not None and alg.cost.steps(p, n, {"chunks": k}) == len(s.steps) == 2 * (p - 1)
+    assert alg.cost.bytes(p, n, {"chunks": k}) == pytest.approx(bytes_path)
+
+
+def test_the_readme_says_how_to_activate_and_what_each_command_installs() -> None:
+    text = README.read_text()
+    between = text[text.index("<!-- main-command -->"):text.index("## The loop")]
+    assert ". .venv/bin/activate" in between
+    assert ".[dev]" in between and "pytest" in between
+
+
 @pytest.mark.slow
 def test_the_tests_python_blocks_define_pass(workdir: Path) -> None:
     namespace = _run_python_blocks()
