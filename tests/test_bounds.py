@@ -208,7 +208,8 @@ def test_routed_links_are_the_links_of_every_route(data: st.DataObject) -> None:
     # one by one, with the synthesizer's explicit routes too.
     p = data.draw(st.integers(2, 7), label="ranks")
     t = data.draw(topologies(p), label="topology")
-    t = routed(t, data.draw(st.sampled_from(ROUTINGS), label="routing"))
+    general = [r for r in ROUTINGS if r != "dimension"]  # dimension order is for tori only
+    t = routed(t, data.draw(st.sampled_from(general), label="routing"))
     want = {t.link_id(u, v) for a in range(p) for b in range(p) for u, v in itertools.pairwise(t.route(a, b))}
     assert t.routed_links() == want
 

@@ -190,3 +190,38 @@ def test_a_small_ring_along_one_dimension_pays_that_dimensions_latency() -> None
     # 2(p-1) steps of one hop each at x's 5 us; 1 KiB at 1e15 B/s adds 1.5 ps.
     t = _ring_allreduce(4, "torus:4x1@x=1e15/5us", size=1024)
     assert t == pytest.approx(2 * 3 * 5e-6 + 2 * 3 / 4 * 1024 / 1e15, rel=1e-9)
+
+
+# -- dimension-order routes (--routing dimension) ---------------------------------------------------
+
+
+def test_default_torus_routes_are_not_dimension_ordered_but_these_are() -> None:
+    from sim.topology.routing import dimension_order_routes, routed
+
+    t = torus(4, 4)
+    # The default: least latency, ties spread by the destination's digits; x first to 5, y first to 6.
+    assert (t.route(0, 5), t.route(0, 6)) == ((0, 4, 5), (0, 1, 2, 6))
+    d = routed(t, "dimension")
+    # x (rows, stride 4) first, then y, each the shorter way; a tie (2 of 4) goes towards higher coordinates.
+    assert (d.route(0, 5), d.route(0, 6), d.route(0, 15), d.route(5, 3)) == \
+        ((0, 4, 5), (0, 4, 5, 6), (0, 12, 15), (5, 1, 2, 3))
+    assert d.route(0, 10) == (0, 4, 8, 9, 10)
+    t3 = dimension_order_routes(from_spec("torus:3x3x3@z=10GB/s"))
+    assert t3.route(0, 26) == (0, 18, 24, 26)  # x -1 (wrap), y -1 (wrap), z -1 (wrap): 2 -> 0 in each
+    assert t3.route(13, 14) == (13, 14)
+    for a, b in itertools.product(range(27), repeat=2):
+        if a != b:
+            ca, cb = _coords(a, (3, 3, 3)), _coords(b, (3, 3, 3))
+            assert len(t3.route(a, b)) - 1 == sum(min((x - y) % 3, (y - x) % 3) for x, y in zip(ca, cb, strict=True))
+            dims_seen = [_dimension_of(u, v, (3, 3, 3)) for u, v in itertools.pairwise(t3.route(a, b))]
+            assert dims_seen == sorted(dims_seen)  # never back to an earlier dimension
+
+
+def test_dimension_order_needs_a_torus() -> None:
+    from sim.topology import ring
+    from sim.topology.routing import routed
+
+    with pytest.raises(TopologyError, match="dimension-order routing needs a torus"):
+        routed(ring(4), "dimension")
+    with pytest.raises(TopologyError, match="1296 ranks is more than the 1024"):
+        routed(torus(6, 6, 6, 6), "dimension")

@@ -206,8 +206,9 @@ def faults_from_args(args: argparse.Namespace) -> Any:
 def add_routing_arg(p: argparse.ArgumentParser) -> None:
     """--routing: the simulator's least-latency routes, or explicit ones (``sim.topology.routing.routed``)."""
     p.add_argument("--routing", choices=ROUTINGS, default="shortest",
-                   help="message routes: least latency (default); widest bottleneck where that is wider; or "
-                        "neighbouring ranks over their own link or shared switch (sim.topology.routing.routed)")
+                   help="message routes: least latency (default); widest bottleneck where that is wider; "
+                        "neighbouring ranks over their own link or shared switch; or, on a torus, dimension order "
+                        "(x, then y, ...; sim.topology.routing.routed)")
 
 
 def add_network_args(p: argparse.ArgumentParser) -> None:

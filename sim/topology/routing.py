@@ -1,9 +1,11 @@
-"""Explicit routes for a topology: the widest, or neighbouring ranks on their own links (``routed``).
+"""Explicit routes for a topology: the widest, neighbouring ranks on their own links, or a torus's
+dimension order (``routed``).
 
 The simulator routes a message by least latency (``Topology.route``); where that keeps links idle or
 takes a narrow path, ``widest_routes`` and ``neighbour_routes`` write explicit routes into the
-topology's route table, and ``routed(topology, routing)`` picks one by its name (``ROUTINGS``, the
-choices of ``--routing``). A schedule must then be simulated on the same routed topology.
+topology's route table, ``dimension_order_routes`` a torus's x-then-y-then-... routes, and
+``routed(topology, routing)`` picks one by its name (``ROUTINGS``, the choices of ``--routing``).
+A schedule must then be simulated on the same routed topology.
 
 This module imports no networkx until a route is computed, so the command line's ``--routing``
 choices come from ``ROUTINGS`` while the parser is built.
@@ -12,6 +14,8 @@ choices come from ``ROUTINGS`` while the parser is built.
 from __future__ import annotations
 
 import heapq
+import math
+import re
 from typing import TYPE_CHECKING
 
 from sim.topology.errors import TopologyError
@@ -19,7 +23,8 @@ from sim.topology.errors import TopologyError
 if TYPE_CHECKING:
     from sim.topology.graph import Node, Topology
 
-__all__ = ["ROUTINGS", "neighbour_routes", "routed", "widest_routes"]
+__all__ = ["DIMENSION_ORDER_MAX_RANKS", "ROUTINGS", "dimension_order_routes", "neighbour_routes", "routed",
+           "widest_routes"]
 
 def widest_routes(topology: Topology) -> Topology:
     """The topology with explicit routes wherever the default route is not a widest one.
@@ -116,8 +121,62 @@ def neighbour_routes(topology: Topology) -> Topology:
     return Topology(g, topology.name, routes)
 
 
-ROUTINGS = ("shortest", "widest", "neighbour")
-"""Route choices of ``routed``: the simulator's default, ``widest_routes``, ``neighbour_routes``."""
+DIMENSION_ORDER_MAX_RANKS = 1024
+"""Largest torus ``dimension_order_routes`` writes a route table for: one explicit route per ordered pair,
+about a million at 1024 ranks."""
+
+
+def dimension_order_routes(topology: Topology) -> Topology:
+    """The torus with explicit dimension-order routes: a message corrects its x coordinate first, then y,
+    then z, ..., each the shorter way round (on a tie, towards higher coordinates).
+
+    Only for a torus built by ``sim.topology.builders.torus`` (its name, ``torus:RxC[xD...]`` with or without
+    per-dimension figures, gives the shape; every link a route takes is checked). The default routes are the
+    least-latency ones with ties spread by the destination's digits (``Topology.route``), which on a torus
+    mix the dimensions' order from pair to pair; these take one fixed order, as dimension-order routers do.
+    """
+    from sim.topology.graph import Topology
+
+    m = re.fullmatch(r"torus:([0-9]+(?:x[0-9]+)+)(?:@.*)?", topology.name)
+    if m is None:
+        raise TopologyError(f"dimension-order routing needs a torus (torus:RxC[xD...]), but topology "
+                            f"{topology.name!r} is not one")
+    dims = [int(s) for s in m.group(1).split("x")]
+    n = topology.ranks
+    if math.prod(dims) != n:
+        raise TopologyError(f"dimension-order routing: topology {topology.name!r} has {n} ranks, not "
+                            f"{'x'.join(map(str, dims))}")
+    if n > DIMENSION_ORDER_MAX_RANKS:
+        raise TopologyError(f"dimension-order routing: {n} ranks is more than the {DIMENSION_ORDER_MAX_RANKS} "
+                            "it writes a route table for")
+    strides = [math.prod(dims[k + 1:]) for k in range(len(dims))]
+    g = topology.graph
+    routes = dict(topology.routes)
+    for src in range(n):
+        for dst in range(n):
+            if src == dst:
+                continue
+            path: list[Node] = [src]
+            u = src
+            for k, size in enumerate(dims):
+                here, there = (u // strides[k]) % size, (dst // strides[k]) % size
+                ahead = (there - here) % size
+                step = 1 if ahead <= size - ahead else -1
+                for _ in range(ahead if step == 1 else size - ahead):
+                    nxt = (here + step) % size
+                    v = u + (nxt - here) * strides[k]
+                    if not g.has_edge(u, v):
+                        raise TopologyError(f"dimension-order routing: topology {topology.name!r} lacks the torus "
+                                            f"link {u} -> {v}")
+                    path.append(v)
+                    u, here = v, nxt
+            routes[(src, dst)] = tuple(path)
+    return Topology(g, topology.name, routes)
+
+
+ROUTINGS = ("shortest", "widest", "neighbour", "dimension")
+"""Route choices of ``routed``: the simulator's default, ``widest_routes``, ``neighbour_routes``,
+``dimension_order_routes``."""
 
 
 def routed(topology: Topology, routing: str) -> Topology:
@@ -128,4 +187,6 @@ def routed(topology: Topology, routing: str) -> Topology:
         return widest_routes(topology)
     if routing == "neighbour":
         return neighbour_routes(topology)
+    if routing == "dimension":
+        return dimension_order_routes(topology)
     raise TopologyError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
