@@ -381,8 +381,8 @@ _PUBLIC_BEFORE_THE_SPLIT = (
 
 # Added with the SPEC table (sim.topology.forms), the N-dimensional torus and the routing move (sim.topology.routing).
 _ADDED_WITH_THE_TABLE = (
-    "ROUTINGS TORUS_DIMENSIONS Form neighbour_routes parse_shape register_topology routed spec_forms topology_forms "
-    "torus_dimension widest_routes"
+    "ROUTINGS TORUS_DIMENSIONS Form dimension_order_routes neighbour_routes parse_shape register_topology routed "
+    "spec_forms topology_forms torus_dimension widest_routes"
 ).split()
 
 

@@ -10,7 +10,7 @@ reaches everything:
 - ``sim.topology.builders``: ring, uring, full, switch, N-dimensional torus (per-dimension figures),
   fattree, cluster and dgx-h100;
 - ``sim.topology.files``: ``collsched.topology/1`` JSON and GraphML files;
-- ``sim.topology.routing``: explicit routes (``routed``: widest, neighbour; ``ROUTINGS``).
+- ``sim.topology.routing``: explicit routes (``routed``: widest, neighbour, dimension order; ``ROUTINGS``).
 
 Rank placement (which node each rank runs on) is in ``sim.topology.placement``.
 
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         topology_forms,
     )
     from sim.topology.graph import Link, Node, RouteLinks, Topology
-    from sim.topology.routing import ROUTINGS, neighbour_routes, routed, widest_routes
+    from sim.topology.routing import ROUTINGS, dimension_order_routes, neighbour_routes, routed, widest_routes
 
 _HOMES: dict[str, str] = {
     **dict.fromkeys(("DEFAULT_BANDWIDTH", "DEFAULT_LATENCY", "NIC_BANDWIDTH", "NIC_LATENCY", "NVLINK_BANDWIDTH",
@@ -66,7 +66,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(("MAX_SPEC_RANKS", "SPEC_FORMS", "Form", "topology_forms", "from_spec", "parse_shape",
                      "register_topology", "spec_forms"), "forms"),
     **dict.fromkeys(("Link", "Node", "RouteLinks", "Topology"), "graph"),
-    **dict.fromkeys(("ROUTINGS", "neighbour_routes", "routed", "widest_routes"), "routing"),
+    **dict.fromkeys(("ROUTINGS", "dimension_order_routes", "neighbour_routes", "routed", "widest_routes"), "routing"),
 }
 
 __all__ = [
@@ -90,6 +90,7 @@ __all__ = [
     "TopologyError",
     "cluster",
     "dgx_h100",
+    "dimension_order_routes",
     "dumps",
     "fat_tree",
     "topology_forms",
