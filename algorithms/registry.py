@@ -115,6 +115,30 @@ class Algorithm:
             return None
         return self.check(ranks, self.resolve(params or {}))
 
+    def refusal(self, ranks: int, params: Mapping[str, int | str] | None = None) -> str | None:
+        """Why ``ranks`` with ``params`` cannot be built, as one sentence that blames the right thing, or None.
+
+        When the check refuses but the default parameters would serve ``ranks``, the parameters given are
+        to blame: the sentence names those that, set back alone, make it serve (else every one given), their
+        values, what they mean and the constraints. Otherwise the world size is: "cannot serve p ranks".
+        """
+        resolved = self.resolve(params or {})
+        reason = self.check(ranks, resolved) if self.check is not None else None
+        if reason is None or self.check is None:
+            return None
+        defaults = {p.name: p.default for p in self.parameters}
+        given = {k: v for k, v in resolved.items() if k in (params or {}) and v != defaults[k]}
+        if given and self.check(ranks, self.resolve({})) is None:
+            blamed = [k for k in given
+                      if self.check(ranks, self.resolve({n: v for n, v in given.items() if n != k})) is None]
+            blamed = blamed or list(given)
+            helps = "; ".join(f"{p.name}: {p.help}" for p in self.parameters if p.name in blamed)
+            allowed = f"; allowed: {'; '.join(self.constraints)}" if self.constraints else ""
+            names = ", ".join(f"{k}={given[k]}" for k in blamed)
+            return (f"{self.kind}/{self.name}: parameter{'s' if len(blamed) > 1 else ''} {names} does not fit "
+                    f"{ranks} ranks: {reason} ({helps}{allowed})")
+        return f"{self.kind}/{self.name} cannot serve {ranks} ranks: {reason}"
+
     def resolve(self, params: Mapping[str, int | str]) -> dict[str, Any]:
         """Parameters with defaults filled in, each checked; unknown names are an error."""
         known = {p.name: p for p in self.parameters}
@@ -144,9 +168,9 @@ class Algorithm:
         if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
             raise RegistryError(f"ranks must be an integer >= 1, got {ranks!r}")
         resolved = self.resolve(params)
-        reason = self.check(ranks, resolved) if self.check is not None else None
-        if reason is not None:
-            raise RegistryError(f"{self.kind}/{self.name} cannot serve {ranks} ranks: {reason}")
+        refusal = self.refusal(ranks, params)
+        if refusal is not None:
+            raise RegistryError(refusal)
         if self.kind in ROOTED_KINDS:
             root = 0 if root is None else root
             if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < ranks:

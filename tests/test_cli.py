@@ -12,6 +12,8 @@ import pytest
 
 from algorithms import build, registry
 from algorithms import formats as fileformat
+from algorithms.errors import RegistryError
+from algorithms.ir import Kind
 from runners.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,3 +168,40 @@ def test_kill_rate_imports_a_user_algorithm(tmp_path: Path, capsys: pytest.Captu
         sys.modules.pop("kill_rate_algos", None)
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert ["allgather", "kill-rate-user"] in [r[:2] for r in rows]
+
+
+# -- a refused parameter is blamed, not the world size ---------------------------------------------------------
+
+
+def test_a_bad_parameter_is_named_not_the_world_size(capsys: pytest.CaptureFixture[str]) -> None:
+    # swing_torus serves 16 ranks with its default dims (a 4x4 grid); dims=4x3 holds 12.
+    code, out, err = _run(capsys, "verify", "-c", "allreduce", "-a", "swing_torus", "-p", "16", "--param", "dims=4x3")
+    assert code == 2 and out == ""
+    assert err.startswith("collsched verify: error: allreduce/swing_torus: parameter dims=4x3 does not fit 16 ranks: "
+                          "dims 4x3 hold 12 ranks, not 16 (dims: torus sizes RxC")
+    assert "allowed: dims (if given): sizes that are powers of two, product p" in err
+    assert "cannot serve" not in err
+
+
+def _toy() -> registry.Algorithm:
+    def check(p: int, params: Any) -> str | None:
+        if p & (p - 1):
+            return "needs a power of two"
+        if p % params["group"]:
+            return f"group {params['group']} does not divide {p}"
+        return None
+
+    return registry.Algorithm(Kind.ALLREDUCE, "toy", lambda p, **k: None, "test", ("p a power of two",),
+                              (registry.CHUNKS, registry.Parameter("group", 2, "ranks per group")), check=check)
+
+
+def test_refusal_blames_the_parameter_only_where_the_defaults_serve() -> None:
+    toy = _toy()
+    assert toy.refusal(8, {"group": 4, "chunks": 3}) is None
+    assert toy.refusal(8, {"group": 3, "chunks": 3}) == (
+        "allreduce/toy: parameter group=3 does not fit 8 ranks: group 3 does not divide 8 (group: ranks per group; "
+        "allowed: p a power of two)")
+    assert toy.refusal(6, {}) == "allreduce/toy cannot serve 6 ranks: needs a power of two"
+    assert toy.refusal(6, {"group": 3}) == "allreduce/toy cannot serve 6 ranks: needs a power of two"
+    with pytest.raises(RegistryError, match="parameter group=3 does not fit 8 ranks"):
+        toy.build(8, group=3)

@@ -65,7 +65,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         reason = alg.unsupported(p, params)
         if reason is not None:
             if wanted:
-                raise UsageError(f"{alg.kind}/{alg.name} cannot serve {p} ranks: {reason}")
+                raise UsageError(alg.refusal(p, params) or reason)
             print(f"collsched sweep: skipping {alg.name}: {reason}", file=sys.stderr)
             continue
         s = alg.build(p, root=args.root, **params)

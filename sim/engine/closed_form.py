@@ -51,9 +51,9 @@ def predict(kind: Kind | str, algorithm: str, p: int, n: float, *, alpha: float,
     or has no registered cost.
     """
     alg = registry.get(kind, algorithm)
-    reason = alg.unsupported(p, params)
-    if reason is not None:
-        raise RegistryError(f"{alg.kind}/{alg.name} cannot serve {p} ranks: {reason}")
+    refusal = alg.refusal(p, params)
+    if refusal is not None:
+        raise RegistryError(refusal)
     if alg.cost is None:
         raise RegistryError(f"{alg.kind}/{alg.name} has no closed-form cost")
     resolved = alg.resolve(params or {})
