@@ -3,6 +3,9 @@
 A placement is a permutation ``mapping`` of the topology's rank nodes: rank r
 of the schedule runs on node ``mapping[r]``. ``place`` turns it into a new
 topology whose rank r *is* that node, so the simulator needs no other change.
+A placement FILE may also list fewer nodes than the topology has, for a
+smaller schedule: the nodes it leaves out stay in the network as idle nodes
+that only forward (``idle:N``, like switches).
 
 Why it matters: on ``torus:4x4`` the ranks sit row-major, so a ring's step
 from rank 3 to rank 4 crosses two links and the whole ring runs at half a
@@ -17,7 +20,8 @@ Placement SPECs (``placement``):
   (``snake_order``).
 - a FILE: JSON, either ``{"format": "collsched.placement/1", "ranks": [n0, n1, ...]}``
   or the bare list ``[n0, n1, ...]``: entry r is the node of rank r. It must
-  list every rank node of the topology (ints 0..p-1) exactly once.
+  list every rank node of the topology (ints 0..p-1) exactly once, or, for
+  a schedule of fewer ranks, that many distinct rank nodes.
 """
 
 from __future__ import annotations
@@ -46,16 +50,19 @@ def placement(spec: str, topology: Topology, ranks: int) -> tuple[Node, ...]:
     """The node of every rank, ``ranks`` of them, that SPEC names on ``topology`` (module docstring).
 
     ``ranks`` is the schedule's world size; it must equal the topology's rank
-    count, since a placement is a permutation of the topology's ranks.
+    count, since a placement is a permutation of the topology's ranks, except
+    for a FILE, which may place fewer ranks on as many of the topology's nodes.
     Raises ``TopologyError`` naming the spec, the file or the offending entry.
     """
     if not isinstance(spec, str):
         raise TopologyError(f"placement must be a string ({PLACEMENT_FORMS}), got {spec!r}")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise TopologyError(f"placement: ranks must be an integer >= 1, got {ranks!r}")
-    if ranks != topology.ranks:
+    if ranks > topology.ranks or (ranks < topology.ranks and spec in ("identity", "snake")):
         raise TopologyError(
-            f"placement {spec!r}: the schedule has {ranks} ranks but topology {topology.name} has {topology.ranks}")
+            f"placement {spec!r}: the schedule has {ranks} ranks but topology {topology.name} has {topology.ranks}"
+            + ("; a smaller schedule needs a placement file listing the nodes it runs on" if ranks < topology.ranks
+               else ""))
     if spec == "identity":
         return tuple(range(ranks))
     if spec == "snake":
@@ -75,7 +82,7 @@ def placement(spec: str, topology: Topology, ranks: int) -> tuple[Node, ...]:
         return tuple(order)
     if not os.path.exists(spec):
         raise TopologyError(f"unknown placement {spec!r}: expected {PLACEMENT_FORMS}")
-    return _load(spec, topology)
+    return _load(spec, topology, ranks)
 
 
 def snake_order(rows: int, cols: int) -> list[int]:
@@ -115,26 +122,39 @@ def snake_order(rows: int, cols: int) -> list[int]:
     return [j * cols + i if transpose else i * cols + j for i, j in cells]
 
 
-def place(topology: Topology, mapping: Sequence[Node], *, name: str | None = None) -> Topology:
+def place(topology: Topology, mapping: Sequence[Node], *, name: str | None = None, partial: bool = False) -> Topology:
     """A copy of ``topology`` whose rank r is the old node ``mapping[r]``.
 
-    ``mapping`` is a permutation of the rank nodes 0..p-1. Switches keep their
+    ``mapping`` is a permutation of the rank nodes 0..p-1, or, with ``partial``, lists fewer
+    of them (distinct): the new topology has that many ranks, and each node left
+    out becomes the idle node ``idle:N`` that forwards like a switch (explicit
+    routes from or to it are dropped). Switches keep their
     names, links their bandwidths and latencies, and explicit routes are
     relabelled with their endpoints. Routes computed by the router keep their
     hop counts and latencies (ties between equal routes may break differently).
     ``name`` defaults to the old name with `` (placed)``.
     """
-    new_rank = {old: new for new, old in enumerate(_check_mapping(mapping, topology, "placement"))}
+    few = len(mapping) if partial and isinstance(mapping, Sequence) and not isinstance(mapping, str | bytes) \
+        and 1 <= len(mapping) < topology.ranks else None
+    new_rank: dict[int, Node] = {
+        old: new for new, old in enumerate(_check_mapping(mapping, topology, "placement", few))}
+    idle = {n for n in range(topology.ranks) if n not in new_rank}
+    for n in sorted(idle):
+        new_rank[n] = f"idle:{n}"
+        if new_rank[n] in topology.graph:
+            raise TopologyError(f"placement: node {n} stays idle, but {topology.name} already has a node 'idle:{n}'")
 
     def relabel(n: Node) -> Node:
         return new_rank[n] if isinstance(n, int) else n
 
     g = nx.DiGraph()
     # Ranks first in number order, then switches as before: the order Topology numbers its nodes in.
-    g.add_nodes_from(range(topology.ranks))
+    g.add_nodes_from(range(topology.ranks - len(idle)))
     g.add_nodes_from(n for n in topology.graph.nodes if isinstance(n, str))
+    g.add_nodes_from(f"idle:{n}" for n in sorted(idle))
     g.add_edges_from((relabel(u), relabel(v), dict(a)) for u, v, a in topology.graph.edges(data=True))
-    routes = {(new_rank[s], new_rank[d]): tuple(relabel(n) for n in path) for (s, d), path in topology.routes.items()}
+    routes = {(int(new_rank[s]), int(new_rank[d])): tuple(relabel(n) for n in path)
+              for (s, d), path in topology.routes.items() if s not in idle and d not in idle}
     return Topology(g, name if name is not None else f"{topology.name} (placed)", routes)
 
 
@@ -201,11 +221,16 @@ def _nearest_ranks(topology: Topology) -> int:
     return best if topology.ranks > 1 else 1
 
 
-def _check_mapping(mapping: object, topology: Topology, where: str) -> tuple[int, ...]:
+def _check_mapping(mapping: object, topology: Topology, where: str, ranks: int | None = None) -> tuple[int, ...]:
+    """``mapping`` as rank nodes, checked: ``ranks`` of them (default: all the topology's), distinct."""
     p = topology.ranks
     if isinstance(mapping, str | bytes) or not isinstance(mapping, Sequence):
         raise TopologyError(f"{where}: expected a list of {p} rank nodes, got {type(mapping).__name__}")
-    if len(mapping) != p:
+    if ranks is not None and ranks != p:
+        if len(mapping) != ranks:
+            raise TopologyError(f"{where}: {len(mapping)} entries for a schedule of {ranks} ranks "
+                                f"(on {ranks} of the {p} rank nodes of {topology.name})")
+    elif len(mapping) != p:
         raise TopologyError(
             f"{where}: {len(mapping)} entries for the {p} ranks of {topology.name}; a placement lists every rank once")
     first: dict[int, int] = {}
@@ -225,7 +250,7 @@ def _check_mapping(mapping: object, topology: Topology, where: str) -> tuple[int
     return tuple(first)
 
 
-def _load(path: str, topology: Topology) -> tuple[Node, ...]:
+def _load(path: str, topology: Topology, count: int | None = None) -> tuple[Node, ...]:
     text = read_text(path, "placement file ", limit=MAX_FILE_BYTES)
     try:
         doc = json.loads(text)
@@ -248,6 +273,6 @@ def _load(path: str, topology: Topology) -> tuple[Node, ...]:
     if not isinstance(ranks, list):
         raise TopologyError(f"{path}: ranks: expected a list of nodes, got {type(ranks).__name__}")
     try:
-        return _check_mapping(ranks, topology, where)
+        return _check_mapping(ranks, topology, where, count)
     except TopologyError as e:
         raise TopologyError(f"{path}: {e}") from None
