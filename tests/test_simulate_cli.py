@@ -362,6 +362,61 @@ def test_placement_errors(capsys: pytest.CaptureFixture[str], placement: str, to
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err
 
 
+# -- a schedule on part of a topology (-p with a placement file) ---------------------------------------------
+
+
+PART = ["simulate", "-c", "allreduce", "-a", "ring", "-t", "torus:4x4", "--size", "8MiB", "--bandwidth", "50GB/s",
+        "--latency", "1us"]
+
+
+def test_a_schedule_on_part_of_a_torus(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Rows 0 and 1 of the 4x4 torus as one 8-cycle: 0 1 2 3, down to 7, back 6 5 4, up to 0; every hop one link.
+    cycle = tmp_path / "cycle.json"
+    cycle.write_text(json.dumps({"format": "collsched.placement/1", "ranks": [0, 1, 2, 3, 7, 6, 5, 4]}))
+    code, out, err = run(capsys, *PART, "-p", "8", "--placement", str(cycle), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["ok"] is True and doc["stretched_pairs"] == []
+    assert doc["time_s"] == pytest.approx(_ring_time(8, 8 * 2**20, 1e-6, 50e9), rel=1e-9)
+    assert doc["transfers"] == 2 * 7 * 8
+    # Rows 0 and 2: ranks 3 -> 4 (node 3 -> 11) and 7 -> 0 (node 8 -> 0) cross an idle node's row, two links each.
+    apart = tmp_path / "apart.json"
+    apart.write_text(json.dumps([0, 1, 2, 3, 11, 10, 9, 8]))
+    code, out, err = run(capsys, *PART, "-p", "8", "--placement", str(apart), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["ok"] is True and doc["stretched_pairs"] == [[3, 4, 2], [7, 0, 2]]
+    # Two of the 14 steps send over two links: 1 us more latency on each (the bandwidth is still one link's).
+    assert doc["time_s"] == pytest.approx(_ring_time(8, 8 * 2**20, 1e-6, 50e9) + 2 * 2 * 1e-6, rel=1e-9)
+    code, out, err = run(capsys, *PART, "-p", "8", "--placement", str(apart))
+    assert code == 0 and "on torus:4x4 placed apart.json" in out and "postcondition OK" in out
+    assert "more than one hop apart: 3->4 (2 hops), 7->0 (2 hops)\n" in out  # no snake hint: it is not the torus
+    # A schedule file of 8 ranks takes its world size from the file.
+    path = tmp_path / "ring8.json"
+    fileformat.save(registry.build("allreduce", "ring", 8), path)
+    code, out, err = run(capsys, PART[0], *PART[5:], "--file", str(path), "--placement", str(cycle), "--json")
+    assert code == 0, err
+    assert json.loads(out)["time_s"] == pytest.approx(_ring_time(8, 8 * 2**20, 1e-6, 50e9), rel=1e-9)
+
+
+def test_ranks_must_match_the_topology_or_come_with_a_placement(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:
+    code, out, err = run(capsys, *PART, "-p", "16", "--json")
+    assert code == 0 and json.loads(out)["ok"] is True  # -p equal to the topology's ranks: as without it
+    code, out, err = run(capsys, *PART, "-p", "8")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert ("-p 8: torus:4x4 has 16 ranks; a schedule of 8 ranks runs on part of it with --placement FILE, a "
+            "collsched.placement/1 file listing the 8 nodes it runs on") in err
+    code, out, err = run(capsys, *PART, "-p", "32")
+    assert code == 2 and "-p 32: torus:4x4 has only 16 ranks" in err
+    code, out, err = run(capsys, *PART, "-p", "8", "--placement", "snake")
+    assert code == 2 and "--placement FILE" in err and err.count("\n") == 1
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(list(range(16))))
+    code, out, err = run(capsys, *PART, "-p", "8", "--placement", str(whole))
+    assert code == 2 and "16 entries for a schedule of 8 ranks" in err
+
+
 def test_simulate_computes_the_bound_only_where_asked(capsys: pytest.CaptureFixture[str]) -> None:
     common = ("simulate", "-c", "allreduce", "-a", "ring", "-t", "ring:8", "--size", "1MiB", "--json")
     code, out, _err = run(capsys, *common, "--bound", "no")

@@ -7,6 +7,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from algorithms import registry
@@ -40,6 +41,37 @@ def dash_values(parser: argparse.ArgumentParser) -> None:
     parser._negative_number_matcher = re.compile(r"-\.?[0-9]")
 
 
+def _topology(args: argparse.Namespace, ranks: int | None) -> Any:
+    """The topology of --topology, or with ``ranks`` (-p, or a --file's) fewer than its rank count the part that
+    --placement FILE names (``sim.topology.placement``: the nodes left out only forward)."""
+    if ranks is None:
+        return topology_from_args(args)
+    whole = topology_from_args(argparse.Namespace(**{**vars(args), "placement": "identity", "routing": "shortest"}))
+    p, name = ranks, args.topology
+    if p == whole.ranks:
+        return topology_from_args(args)
+    if p < 1:
+        raise UsageError(f"-p {p}: the world size must be at least 1")
+    if p > whole.ranks:
+        raise UsageError(f"-p {p}: {name} has only {whole.ranks} ranks (the rank count comes from the topology; "
+                         "leave -p out, or name a larger topology)")
+    if args.placement in ("identity", "snake"):
+        raise UsageError(
+            f"-p {p}: {name} has {whole.ranks} ranks; a schedule of {p} ranks runs on part of it with --placement "
+            f"FILE, a collsched.placement/1 file listing the {p} nodes it runs on, e.g. "
+            f'{{"format": "collsched.placement/1", "ranks": [{", ".join(map(str, range(min(p, 3))))}'
+            f'{", ..." if p > 3 else ""}]}} (or leave -p out: the rank count comes from the topology)')
+    from sim.topology.placement import place, placement
+
+    topo = place(whole, placement(args.placement, whole, p), name=f"{whole.name} placed {Path(args.placement).name}",
+                 partial=True)
+    if args.routing != "shortest":
+        from sim.topology.routing import routed
+
+        topo = routed(topo, args.routing)
+    return topo
+
+
 def _write_outputs(result: Any, args: argparse.Namespace) -> None:
     from sim.engine.trace import plot_timeline, write_trace
 
@@ -56,8 +88,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     size = parse_size(args.size)
     opts = engine_options(args)
-    topo = topology_from_args(args)
-    schedule = schedule_from_args(args, ranks=topo.ranks, allow_custom=True)
+    if args.file and args.placement not in ("identity", "snake"):  # the file's ranks may use part of the topology
+        schedule = schedule_from_args(args, allow_custom=True)
+        topo = _topology(args, schedule.ranks)
+    else:
+        topo = _topology(args, args.ranks)
+        schedule = schedule_from_args(args, ranks=topo.ranks, allow_custom=True)
     t0 = time.perf_counter()
     result = simulate(schedule, topo, size, **opts)
     wall = time.perf_counter() - t0
@@ -79,7 +115,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                   f"{100 * b.efficiency(result.time):.1f}%")
         elif not want_bound(args, topo.ranks):
             print(f"  bound      not computed above {BOUND_AUTO_RANKS} ranks (--bound yes, or `collsched bound`)")
-        _print_stretched(stretched, topo, args.placement)
+        _print_stretched(stretched, topo, args.placement if topo.ranks == topo.graph.number_of_nodes() else "")
     if schedule.name.startswith("custom:"):  # an MSCCL-IR custom program: timing only, no postcondition
         return 0
     return 0 if result.ok else 1
@@ -91,7 +127,7 @@ def _print_stretched(stretched: Sequence[tuple[int, int, int]], topo: Any, place
         return
     shown = ", ".join(f"{s}->{d} ({h} hops)" for s, d, h in stretched[:6])
     more = f" and {len(stretched) - 6} more" if len(stretched) > 6 else ""
-    hint = " (try --placement snake)" if placement != "snake" and topo.name.startswith("torus:") else ""
+    hint = " (try --placement snake)" if placement not in ("snake", "") and topo.name.startswith("torus:") else ""
     print(f"  stretched  {len(stretched)} pair(s) of ranks that exchange data are more than one hop apart: "
           f"{shown}{more}{hint}")
 
@@ -158,6 +194,9 @@ def add_parser(subparsers: Any) -> None:
     """Register ``collsched simulate``."""
     p = subparsers.add_parser("simulate", help="simulate a schedule on a topology (time, bandwidth, trace)")
     add_schedule_args(p, ranks=False)
+    p.add_argument("--ranks", "-p", type=int, metavar="P",
+                   help="world size: the topology's rank count (the default); fewer run on part of the topology, "
+                        "on the nodes that --placement FILE lists")
     add_network_args(p)
     p.add_argument("--size", "-s", required=True, metavar="N",
                    help="message size (nccl-tests convention), e.g. 256MiB, 1M (binary, as in nccl-tests) or 64MB "
