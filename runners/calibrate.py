@@ -63,25 +63,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from algorithms import registry
 from algorithms.errors import CollschedError
 from algorithms.ir import Kind
 from sim import units
-from sim.machine.calibration import calibration_report, fit_machine
 from sim.machine.fit import CalibrationError
-from sim.machine.model import Machine
-from sim.machine.predict import (
-    algorithms_for,
-    build_schedule,
-    load_machine,
-    plot_validation,
-    predict,
-    validation_stats,
-    validation_table,
-)
-from sim.machine.tune import Preference, tune
+
+if TYPE_CHECKING:
+    from sim.machine.model import Machine
+    from sim.machine.tune import Preference
 
 __all__ = ["COLLECTIVE_CASES", "COPY_SIZES", "RUNNER_CASES", "RUNNER_SIZES", "VALIDATE_KINDS", "CalibrationError",
            "add_parser", "hand_made_preference", "main", "measure", "validate"]
@@ -347,6 +339,8 @@ def _save(machine: Machine, path: str) -> None:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from sim.machine.calibration import calibration_report, fit_machine
+
     t0 = time.perf_counter()
     rec = _spawn(measure, args.nproc, args.check, args.rounds, timeout=args.job_timeout)
     machine = fit_machine(rec)
@@ -366,6 +360,7 @@ def _validate_worker(rank: int, cases: list[tuple[str, str]], sizes: list[int], 
     import torch.distributed as dist
 
     from runners.bench import measure as bench_measure
+    from sim.machine.predict import build_schedule
 
     p = dist.get_world_size()
     rows = []
@@ -378,6 +373,8 @@ def validate(machine: Machine, p: int, sizes: Sequence[int], *, launches: int = 
              kinds: Sequence[str] = VALIDATE_KINDS, check: bool = True, job_timeout: float = 3600.0,
              ) -> list[dict[str, Any]]:
     """Measured (median over launches of bench's medians) and predicted time of every algorithm of each kind."""
+    from sim.machine.predict import algorithms_for, predict
+
     cases = [(k, a) for k in kinds for a in algorithms_for(k, p)]
     launch_rows = [_spawn(_validate_worker, p, cases, list(sizes), iters, warmup, check, timeout=job_timeout)
                    for _ in range(launches)]
@@ -397,6 +394,8 @@ def validate(machine: Machine, p: int, sizes: Sequence[int], *, launches: int = 
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from sim.machine.predict import load_machine, plot_validation, validation_stats, validation_table
+
     if args.launches < 1 or args.iters < 1 or args.warmup < 0:
         raise CalibrationError("--launches and --iters must be >= 1, --warmup >= 0")
     kinds = [k.strip() for k in args.collectives.split(",") if k.strip()]
@@ -422,6 +421,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from runners.policy import TUNING_FORMAT, parse_tuning
+    from sim.machine.predict import load_machine
+    from sim.machine.tune import tune
 
     sizes = [int(x) for x in units.parse_sizes(args.sizes)]
     machines = [load_machine(path) for path in args.machine]
@@ -507,6 +508,8 @@ def add_parser(subparsers: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Under torchrun: every rank measures, rank 0 fits and writes the machine file."""
+    from sim.machine.calibration import calibration_report, fit_machine
+
     parser = argparse.ArgumentParser(prog="python -m runners.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--out", "-o", default="machine.json")
     parser.add_argument("--no-check", dest="check", action="store_false")

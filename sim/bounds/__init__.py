@@ -21,8 +21,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from sim.lazy import lazy_exports
 
 _HOMES = {"BOUND_KINDS": "cuts", "Bound": "cuts", "BoundError": "cuts", "bound": "cuts",
           "ROUTINGS": "sim.topology.routing", "SYNTH_KINDS": "packing", "SynthesisError": "packing",
@@ -32,9 +31,5 @@ __all__ = ["BOUND_KINDS", "ROUTINGS", "SYNTH_KINDS", "Bound", "BoundError", "Syn
            "synthesize"]
 
 
-def __getattr__(name: str) -> Any:
-    # Lazily: the registry imports ``sim.bounds.synth`` at its first lookup, which must not pull in networkx.
-    if name in _HOMES:
-        home = _HOMES[name]
-        return getattr(importlib.import_module(home if "." in home else f"sim.bounds.{home}"), name)
-    raise AttributeError(f"module 'sim.bounds' has no attribute {name!r}")
+# Lazily: the registry imports ``sim.bounds.synth`` at its first lookup, which must not pull in networkx.
+__getattr__ = lazy_exports(__name__, _HOMES)

@@ -20,8 +20,9 @@ imports no networkx.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sim.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sim.topology.builders import (
@@ -115,13 +116,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        value = getattr(importlib.import_module(f"sim.topology.{_HOMES[name]}"), name)
-        globals()[name] = value  # once: later lookups find it without this hook
-        return value
-    raise AttributeError(f"module 'sim.topology' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__ = lazy_exports(__name__, _HOMES)
