@@ -31,10 +31,10 @@ all-gather along x (the bucket algorithm), in a few lines:
 >>> from algorithms.builder import ScheduleBuilder
 >>> from algorithms.ir import Collective, Kind
 >>> from sim.verify import verify
->>> g = Grid((4, 4))                              # torus:4x4; dimension 1 is x, 0 is y
+>>> g = Grid((4, 4))             # torus:4x4; dimension 1 is x, 0 is y
 >>> b = ScheduleBuilder(Collective(Kind.ALLREDUCE, g.ranks, 16), "bucket")
->>> full = whole(g, 16)                          # every rank: chunks 0..15
->>> mine = g.split(full, 1)                        # what rank (y, x) owns after the reduce-scatter along x
+>>> full = whole(g, 16)          # every rank: chunks 0..15
+>>> mine = g.split(full, 1)      # what rank (y, x) owns after the reduce-scatter along x
 >>> emit(b, along(g, 1, ring_reducescatter(4), full))
 >>> emit(b, along(g, 0, ring_allreduce(4), mine))
 >>> emit(b, along(g, 1, ring_allgather(4), full))
