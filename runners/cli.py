@@ -1,6 +1,6 @@
-"""The ``collsched`` entry point: the torch-free commands of ``sim.cli.main`` plus ``bench`` and ``demo``.
+"""The ``collsched`` entry point: the torch-free commands of ``sim.cli`` plus the torch ones.
 
-    collsched list | verify | export | simulate | sweep   (sim.cli.main: no torch imported)
+    collsched list | verify | export | simulate | sweep   (sim.cli: no torch imported)
     collsched bench --nproc N --collective K --algorithm A [--sizes 1KiB:64MiB] [--json]
     collsched demo [--collective K --algorithm A --ranks P] [--json]
 

@@ -1,6 +1,6 @@
-"""The torch-free half of the ``collsched`` command line: list, verify, export, simulate, sweep.
+"""The parser and the entry point of the torch-free commands; each command is a module of ``sim.cli``.
 
-    collsched list [--json]
+    collsched list [--topologies] [--json]
     collsched verify --collective K --algorithm A --ranks P [--chunks k] [--root R] [--json]
     collsched verify --file F [--json]
     collsched export --collective K --algorithm A --ranks P [--chunks k] [--root R] -o F [--json]
@@ -15,9 +15,8 @@
     collsched synthesize --collective K --topology SPEC [--root R] [--chunks k] -o F.json [--json]
 
 ``simulate`` and ``sweep`` print each result's efficiency, the lower bound of
-``sim.bounds.cuts`` over the simulated time (``--bound auto``: up to 128 ranks); ``bound`` and ``synthesize`` live in
-``sim.cli.bounds``, and ``-a synth --param topology=SPEC`` names the
-synthesizer wherever an algorithm is named (``sim.bounds.synth``).
+``sim.bounds.cuts`` over the simulated time (``--bound auto``: up to 128 ranks); ``-a synth --param
+topology=SPEC`` names the synthesizer wherever an algorithm is named (``sim.bounds.synth``).
 
 A schedule file (``--file``, ``convert``'s IN) is collsched.schedule/1 JSON or
 MSCCL-IR XML (``algorithms.formats.msccl``); ``verify`` also runs the MSCCL-IR
@@ -31,8 +30,9 @@ hop apart (JSON: ``stretched_pairs``, a list of [src, dst, hops]).
 Every subcommand takes ``--import MODULE`` (repeatable; also the environment
 variable ``COLLSCHED_IMPORT=mod1,mod2``): the modules are imported before the
 command runs, so algorithms they register with ``@register`` can be named
-with ``--algorithm``. Installed packages register through the entry-point
-group ``collsched.algorithms`` (see ``algorithms.registry``).
+with ``--algorithm`` and topology forms they register with ``register_topology`` with ``--topology``.
+Installed packages register through the entry-point groups ``collsched.algorithms`` and
+``collsched.topologies`` (see ``algorithms.registry`` and ``sim.topology.forms``).
 
 Units: sizes take B, KiB, MiB, GiB (K, M, G are binary too, as in nccl-tests)
 or plain bytes; bandwidths B/s, KB/s, MB/s, GB/s (decimal, as in nccl-tests)
@@ -43,7 +43,7 @@ postcondition), 1 a schedule is incorrect, 2 usage or input error (one line
 on stderr, no traceback). With ``--json`` a command prints exactly one JSON
 object on stdout, errors included: ``{"ok": false, "error": "..."}``.
 
-The torch commands (``bench``, ``demo``) live in ``runners`` and are added by
+The torch commands (``bench``, ``demo``, ``calibrate``, ``validate``, ``tune``) live in ``runners`` and are added by
 ``runners.cli``, the installed entry point; building the parser imports no
 torch, numpy, simpy or networkx.
 """
