@@ -59,7 +59,7 @@ def test_correct_in_any_order_many_examples(kind: str, name: str, data: st.DataO
 def test_every_family_is_registered() -> None:
     want = {
         "allreduce": {"ring", "recursive_doubling", "rabenseifner", "binomial", "double_binary_tree", "direct",
-                      "hierarchical"},
+                      "hierarchical", "swing", "swing_torus", "torus_bucket"},
         "allgather": {"ring", "recursive_doubling", "bruck", "direct"},
         "reducescatter": {"ring", "recursive_halving", "direct"},
         "broadcast": {"binomial", "binary_tree", "chain", "scatter_allgather"},

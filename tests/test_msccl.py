@@ -166,14 +166,22 @@ def _final(schedule: object) -> dict[tuple[int, str, int], object]:
 
 # Schedules in which a transfer waits a step with neither of its ranks busy in the step before: MSCCL
 # has no cross-GPU barrier to hold it back, so the XML runs it (and an import places it) earlier.
-IDLE_RANKS = {("allreduce", "binomial", 3), ("allreduce", "rabenseifner", 3), ("reducescatter", "recursive_halving", 3)}
+IDLE_RANKS = {("allreduce", "binomial", 3), ("allreduce", "rabenseifner", 3), ("allreduce", "swing", 3),
+              ("allreduce", "swing_torus", 3), ("reducescatter", "recursive_halving", 3)}
+# Files too big for the check's race budget (happens-before nodes x thread blocks over RACE_CHECK_CELLS): the
+# check says it skipped the race check, and nothing else.
+OVER_RACE_BUDGET = {("allreduce", "swing_torus", 16, 2)}
 
 
 @pytest.mark.parametrize(("kind", "name", "p", "chunks"), _cases())
 def test_round_trip(kind: str, name: str, p: int, chunks: int) -> None:
     s = build(kind, name, p, chunks=chunks)
     text = dumps_msccl(s)
-    assert check_msccl(text) == []
+    findings = check_msccl(text)
+    if (kind, name, p, chunks) in OVER_RACE_BUDGET:
+        assert [(f.severity, "race check skipped" in f.message) for f in findings] == [("warning", True)]
+    else:
+        assert findings == []
     s2 = loads_msccl(text)
     assert s2.collective == s.collective
     assert verify(s2).ok

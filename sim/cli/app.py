@@ -6,7 +6,7 @@
     collsched export --collective K --algorithm A --ranks P [--chunks k] [--root R] -o F [--json]
                      [--format json|msccl] [--proto Simple|LL|LL128] [--min-bytes S] [--max-bytes S]
     collsched convert IN OUT [--format json|msccl] [--proto ...] [--json]
-    collsched simulate --collective K --algorithm A --topology SPEC --size 256MiB [--chunks C]
+    collsched simulate --collective K --algorithm A [-p P] --topology SPEC --size 256MiB [--chunks C]
                        [--mode dataflow|lockstep] [--bandwidth 50GB/s] [--latency 1us]
                        [--placement identity|snake|FILE] [--trace F.json] [--plot F.png] [--json]
     collsched sweep --collective K --topology SPEC --sizes 1KiB:1GiB [--file F ...] [--placement P]
@@ -34,8 +34,8 @@ with ``--algorithm`` and topology forms they register with ``register_topology``
 Installed packages register through the entry-point groups ``collsched.algorithms`` and
 ``collsched.topologies`` (see ``algorithms.registry`` and ``sim.topology.forms``).
 
-Units: sizes take B, KiB, MiB, GiB (K, M, G are binary too, as in nccl-tests)
-or plain bytes; bandwidths B/s, KB/s, MB/s, GB/s (decimal, as in nccl-tests)
+Units: sizes take B, KiB, MiB, GiB, TiB (K, M, G, T are binary too, as in nccl-tests), KB, MB, GB,
+TB (decimal) or plain bytes, never negative; bandwidths B/s, KB/s, MB/s, GB/s (decimal, as in nccl-tests)
 or plain bytes/s; times s, ms, us, ns or plain seconds.
 
 Exit status: 0 success (verify, simulate, sweep: every schedule met its

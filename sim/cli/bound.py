@@ -12,6 +12,7 @@ from sim.cli.common import (
     add_common_args,
     add_topology_args,
     bound_for,
+    dash_values,
     human_size,
     human_time,
     root_for,
@@ -67,4 +68,5 @@ def add_parser(subparsers: Any) -> None:
     add_topology_args(p)
     p.add_argument("--size", "-s", required=True, metavar="N", help="message size (nccl-tests convention), e.g. 1GiB")
     add_common_args(p, json_help='print {"ok", "bound_s", "bandwidth_s", "latency_s", "cut"}')
+    dash_values(p)
     p.set_defaults(func=_cmd_bound)

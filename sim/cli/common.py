@@ -22,6 +22,7 @@ from sim.topology.routing import ROUTINGS
 from sim.units import parse_bandwidth, parse_duration, parse_size
 
 __all__ = [
+    "dash_values",
     "BOUND_AUTO_RANKS", "BOUND_KIND_NAMES", "PLACEMENT_FORMS", "ParseError", "Parser", "SPEC_FORMS",
     "add_common_args", "add_network_args", "add_output_args", "add_routing_arg", "add_schedule_args",
     "add_topology_args", "bound_for", "engine_options", "gigabytes", "human_size", "human_time", "is_msccl",
@@ -353,3 +354,10 @@ def human_time(t: float) -> str:
             return f"{t / scale:.4g} {unit}"
     return f"{t / 1e-9:.4g} ns"
 
+
+def dash_values(parser: argparse.ArgumentParser) -> None:
+    """Let an option's value start with a dash and a digit (``--size -5MiB``), so that it reaches the option's
+    own check (a size cannot be negative) instead of argparse's "expected one argument". Python 3.13's argparse
+    reads such words so already; 3.11 and 3.12 only take plain negative numbers (``-5``). The parser has no
+    option spelled like a number, so nothing else changes."""
+    parser._negative_number_matcher = re.compile(r"-\.?[0-9]")

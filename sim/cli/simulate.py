@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from sim.cli.common import (
     add_network_args,
     add_schedule_args,
     bound_for,
+    dash_values,
     engine_options,
     gigabytes,
     human_size,
@@ -30,15 +30,7 @@ from sim.cli.common import (
 )
 from sim.units import parse_size
 
-__all__ = ["add_parser", "dash_values"]
-
-
-def dash_values(parser: argparse.ArgumentParser) -> None:
-    """Let an option's value start with a dash and a digit (``--size -5MiB``), so that it reaches the option's
-    own check (a size cannot be negative) instead of argparse's "expected one argument". Python 3.13's argparse
-    reads such words so already; 3.11 and 3.12 only take plain negative numbers (``-5``). The parser has no
-    option spelled like a number, so nothing else changes."""
-    parser._negative_number_matcher = re.compile(r"-\.?[0-9]")
+__all__ = ["add_parser"]
 
 
 def _topology(args: argparse.Namespace, ranks: int | None) -> Any:

@@ -17,6 +17,7 @@ from sim.cli.common import (
     add_common_args,
     add_network_args,
     bound_for,
+    dash_values,
     engine_options,
     gigabytes,
     human_size,
@@ -24,7 +25,6 @@ from sim.cli.common import (
     topology_from_args,
     want_bound,
 )
-from sim.cli.simulate import dash_values
 from sim.units import parse_sizes
 
 __all__ = ["add_parser"]

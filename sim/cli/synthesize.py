@@ -13,6 +13,7 @@ from sim.cli.common import (
     add_output_args,
     add_topology_args,
     bound_for,
+    dash_values,
     human_size,
     human_time,
     root_for,
@@ -78,4 +79,5 @@ def add_parser(subparsers: Any) -> None:
     add_output_args(p)
     add_common_args(p, json_help='print {"ok", "output", "transfers", "steps", "synth_wall_s", "time_s", "bound_s", '
                                  '"efficiency", ...}')
+    dash_values(p)
     p.set_defaults(func=_cmd_synthesize)
