@@ -61,7 +61,7 @@ class Cost:
     - ``reduced``: summed over steps, the most bytes one rank reduces in it;
     - ``sent_per_rank``: the most bytes one rank sends over the network in all.
 
-    tests/test_costs.py measures all four from the schedule's transfers and
+    tests/algorithms/library/test_library_costs.py measures all four from the schedule's transfers and
     checks them against these functions exactly for p = 1..64 (where the
     formula text says ≤, as an upper bound).
     """

@@ -62,7 +62,7 @@ NIC_LATENCY = 1e-6
 """Per hop GPU <-> network switch, so a message between nodes sees 2 us."""
 
 # The dgx-h100 preset carries what NCCL reaches on those links, so that simulation reproduces NVIDIA's
-# published figures (tests/test_machine.py holds each within 5%):
+# published figures (tests/sim/machine/test_machine.py holds each within 5%):
 DGX_NVLINK_EFFICIENCY = 0.815
 """NCCL's ring reaches ~365-370 GB/s busbw on 8 H100s whose NVLink line rate is 450 GB/s: "with the protocol
 overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (S. Jeaugey, NVIDIA/nccl-tests issue 212;

@@ -1,7 +1,7 @@
 """The runner on nccl with CUDA tensors, against NCCL's own collectives (needs two or more GPUs).
 
 Skipped unless torch sees at least two CUDA devices and has nccl: NCCL allows
-one rank per GPU. The same cases as tests/test_runner.py, on the GPU of
+one rank per GPU. The same cases as tests/runners/test_runner.py, on the GPU of
 each rank's LOCAL_RANK.
 """
 

@@ -16,7 +16,7 @@ from algorithms.errors import RegistryError
 from algorithms.ir import Kind
 from runners.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -14,7 +14,7 @@ from algorithms import formats as fileformat
 from runners.cli import main
 from runners.policy import Policy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 
 
 @pytest.mark.multiprocess

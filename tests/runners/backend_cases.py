@@ -782,7 +782,7 @@ def exit_without_destroy(rank: int, world: int, backend: str) -> None:
     dist.barrier()
 
 
-if __name__ == "__main__":  # python -m tests.backend_cases exit BACKEND: the process must exit with status 0
+if __name__ == "__main__":  # python -m tests.runners.backend_cases exit BACKEND: the process must exit with status 0
     import sys
 
     import runners.backend  # noqa: F401

@@ -3,8 +3,9 @@
 ``torch.testing._internal.distributed.distributed_test`` is the suite PyTorch runs against its own
 backends (test/distributed/test_distributed_spawn.py upstream): each test spawns WORLD_SIZE ranks that
 call ``init_process_group(backend=BACKEND)``. This file binds it to a test case the same way, so that
-``BACKEND=collsched WORLD_SIZE=2 python -m pytest --noconftest tests/torch_suite_driver.py`` runs it on collsched.
-``tests/test_torch_suite.py`` runs it in a subprocess (the suite reads BACKEND at import); pytest does
+``BACKEND=collsched WORLD_SIZE=2 python -m pytest --noconftest tests/runners/torch_suite_driver.py``
+runs it on collsched.
+``tests/runners/test_torch_suite.py`` runs it in a subprocess (the suite reads BACKEND at import); pytest does
 not collect this file by itself (no ``test_`` prefix).
 """
 

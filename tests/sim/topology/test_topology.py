@@ -78,7 +78,8 @@ def test_cluster_routes_inside_nodes_over_nvlink_and_between_nodes_over_nics() -
 def test_dgx_h100_figures() -> None:
     topo = T.dgx_h100(2)
     assert topo.ranks == 16
-    # NCCL's effective figures on 450 GB/s NVLink and 50 GB/s NICs (sim.topology.builders, tests/test_machine.py)
+    # NCCL's effective figures on 450 GB/s NVLink and 50 GB/s NICs (sim.topology.builders,
+    # tests/sim/machine/test_machine.py)
     assert topo.bandwidth(3, "node0") == pytest.approx(0.815 * 450e9) and topo.bandwidth("node0", 3) < 450e9
     assert topo.bandwidth(3, "net") == pytest.approx(0.94 * 50e9) and topo.bandwidth("net", 3) < 50e9
     assert T.dgx_h100(1).links == T.cluster(1, 8).links  # one box: no network at all

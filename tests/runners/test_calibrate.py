@@ -87,7 +87,7 @@ def _record(p: int, alpha: float, bw: float, cap: float, gamma: float, launch: f
            "p2p": {pair: _noisy([alpha + s / bw for s in SIZES], seed=i) for i, pair in enumerate(pairs)},
            "flows": by_hand, "patterns": pats, "reduce": {"float32": reduce_times, "int64": reduce_times}}
     # The runner's runs: what the engine gives with these figures (its launch and message_cpu terms are held
-    # to closed forms in tests/test_machine.py).
+    # to closed forms in tests/sim/machine/test_machine.py).
     topo = M.host(p, bandwidth=bw, latency=alpha, host_bandwidth=cap if math.isfinite(cap) else None)
     rec["runner"] = []
     for kind, name, chunks in C.RUNNER_CASES:

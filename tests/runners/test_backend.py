@@ -1,6 +1,6 @@
 """The collsched torch.distributed backend, end to end on gloo with spawned ranks.
 
-Each test spawns one job that checks many cases (see tests/backend_cases.py)
+Each test spawns one job that checks many cases (see tests/runners/backend_cases.py)
 against the same calls on a gloo group, so the suite stays fast.
 """
 
@@ -16,11 +16,11 @@ import pytest
 
 from algorithms import registry
 from algorithms.ir import Kind
-from tests import backend_cases as cases
+from tests.runners import backend_cases as cases
 
 pytestmark = pytest.mark.multiprocess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 
 
 @pytest.mark.parametrize("world", [4, 3])
@@ -92,7 +92,7 @@ def test_unknown_algorithm_fails_init_on_every_rank() -> None:
 
 def test_exit_without_destroy_does_not_abort() -> None:
     # A gloo group alive at interpreter exit aborts the process (SIGABRT); collsched releases its groups at exit.
-    done = subprocess.run([sys.executable, "-m", "tests.backend_cases", "exit", "collsched"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tests.runners.backend_cases", "exit", "collsched"], cwd=ROOT,
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
 

@@ -15,7 +15,7 @@ from runners.cli import main
 from sim import topology as T
 from sim.units import parse_bandwidth, parse_duration, parse_size, parse_sizes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -19,7 +19,7 @@ import pytest
 from algorithms import registry
 from runners.launch import spawn
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 
 

@@ -8,7 +8,7 @@ from algorithms import registry
 from algorithms.ir import Kind, Op, Schedule
 from runners.plan import Role, fingerprint, rank_plan
 from sim.verify.dataflow import dataflow_graph
-from tests.runner_schedules import extra_schedules
+from tests.runners.runner_schedules import extra_schedules
 
 
 def all_schedules(p: int) -> list[Schedule]:

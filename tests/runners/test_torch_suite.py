@@ -1,4 +1,4 @@
-"""PyTorch's own distributed tests, run on the collsched backend (tests/torch_suite_driver.py).
+"""PyTorch's own distributed tests, run on the collsched backend (tests/runners/torch_suite_driver.py).
 
 A selection of ``torch.testing._internal.distributed.distributed_test`` (the suite PyTorch runs against
 gloo and nccl) that covers the collectives, point-to-point messaging with tags and any-source receives,
@@ -6,7 +6,7 @@ coalesced calls, argument checks and DDP, on 2 ranks. Every selected test must p
 skipped, since a skip would hide a backend that no longer runs it. The whole suite (253 tests on CPU;
 188 skip on collsched, most because the suite names the backends a feature is tested on,
 ``DistTestCases.backend_feature``, or because they need GPUs) passes too, at 2 and 3 ranks:
-``BACKEND=collsched WORLD_SIZE=2 python -m pytest --noconftest tests/torch_suite_driver.py -k "not cuda"``.
+``BACKEND=collsched WORLD_SIZE=2 python -m pytest --noconftest tests/runners/torch_suite_driver.py -k "not cuda"``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from algorithms import registry
 from sim.cli import main
 from sim.topology import SPEC_FORMS, TopologyError, forms, from_spec, register_topology, spec_forms, topology_forms
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 BUILTIN = ["ring:P", "uring:P", "full:P", "switch:P", "torus:RxC[xD...][@DIM=BW[/LAT],...]", "fattree:K",
            "cluster:NxG", "dgx-h100:N"]
 

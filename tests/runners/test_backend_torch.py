@@ -1,7 +1,7 @@
 """What PyTorch's own distributed tests expect of a backend: sparse all-reduce, DDP with a sparse
 embedding, a failing collective under DDP raising (not crashing the process), ``monitored_barrier``.
 
-Each test spawns one small job (tests/backend_cases.spawn) and compares with gloo where gloo has the feature.
+Each test spawns one small job (tests/runners/backend_cases.spawn) and compares with gloo where gloo has the feature.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests import backend_cases as cases
+from tests.runners import backend_cases as cases
 
 pytestmark = pytest.mark.multiprocess
 

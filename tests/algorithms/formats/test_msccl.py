@@ -31,7 +31,7 @@ from sim.engine.reference import simulate
 from sim.topology import fully_connected
 from sim.verify.verifier import WRONG_SLOT, execute, verify
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 CORPUS = ROOT.parent / "shared/foreign/msccl"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"foreign MSCCL corpus not found at {CORPUS}")
 
@@ -721,7 +721,7 @@ def _backend_runs_files(rank: int, world: int, files: dict[str, str]) -> None:
 @pytest.mark.multiprocess
 @needs_corpus
 def test_the_backend_runs_msccl_files(tmp_path: Path) -> None:
-    from tests import backend_cases as cases
+    from tests.runners import backend_cases as cases
 
     ag = tmp_path / "ag.xml"
     save_msccl(build("allgather", "ring", 2), ag)

@@ -24,7 +24,7 @@ from algorithms.ir import Collective, Kind, Schedule
 from runners import executors
 from runners.launch import SpawnError, spawn
 from runners.runner import InputError, RunError, RunTimeout, run
-from tests.runner_schedules import extra_schedules
+from tests.runners.runner_schedules import extra_schedules
 
 R = dist.ReduceOp
 OPS = {"SUM": R.SUM, "PRODUCT": R.PRODUCT, "MIN": R.MIN, "MAX": R.MAX, "AVG": R.AVG, "BAND": R.BAND,
