@@ -38,7 +38,7 @@ from algorithms.errors import CollschedError, RegistryError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 
 __all__ = ["Algorithm", "Cost", "Parameter", "register", "get", "algorithms", "build", "kinds", "import_modules",
-           "load_plugins", "ENTRY_POINT_GROUP", "ENV_IMPORT"]
+           "load_entry_points", "load_plugins", "ENTRY_POINT_GROUP", "ENV_IMPORT"]
 
 ENTRY_POINT_GROUP = "collsched.algorithms"
 ENV_IMPORT = "COLLSCHED_IMPORT"
@@ -291,6 +291,23 @@ def env_modules() -> list[str]:
     return [m.strip() for m in os.environ.get(ENV_IMPORT, "").split(",") if m.strip()]
 
 
+def load_entry_points(group: str, error: type[CollschedError]) -> None:
+    """Load every entry point of ``group``: a module (imported) or ``module:function`` (called). A failure is
+    ``error`` naming the entry point (``collsched.algorithms`` here, ``collsched.topologies`` for topologies)."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=group):
+        where = f"entry point {ep.name} = {ep.value} (group {group})"
+        try:
+            loaded = ep.load()
+            if ep.attr is not None:
+                loaded()
+        except CollschedError as e:
+            raise error(f"{where}: {e}") from None
+        except Exception as e:
+            raise error(f"{where}: cannot load: {type(e).__name__}: {e}") from None
+
+
 _plugins_loaded = False
 _plugin_error: RegistryError | None = None
 
@@ -306,19 +323,9 @@ def load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True  # first: a plugin that queries the registry while importing must not recurse
-    from importlib.metadata import entry_points
 
     try:
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP})"
-            try:
-                loaded = ep.load()
-                if ep.attr is not None:
-                    loaded()
-            except CollschedError as e:
-                raise RegistryError(f"{where}: {e}") from None
-            except Exception as e:
-                raise RegistryError(f"{where}: cannot load: {type(e).__name__}: {e}") from None
+        load_entry_points(ENTRY_POINT_GROUP, RegistryError)
         import_modules(env_modules(), where=ENV_IMPORT)
     except RegistryError as e:
         _plugin_error = e

@@ -178,20 +178,11 @@ def load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True  # first: a plugin that looks up a form while importing must not recurse
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP})"
-        try:
-            loaded = ep.load()
-            if ep.attr is not None:
-                loaded()
-        except CollschedError as e:
-            _plugin_error = TopologyError(f"{where}: {e}")
-            raise _plugin_error from None
-        except Exception as e:
-            _plugin_error = TopologyError(f"{where}: cannot load: {type(e).__name__}: {e}")
-            raise _plugin_error from None
+    try:
+        registry.load_entry_points(ENTRY_POINT_GROUP, TopologyError)
+    except TopologyError as e:
+        _plugin_error = e
+        raise
 
 
 def form(name: str) -> Form | None:
