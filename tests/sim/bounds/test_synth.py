@@ -261,6 +261,7 @@ def test_widest_routes_are_widest_by_brute_force(data: st.DataObject) -> None:
                 assert w.route(a, b) == t.route(a, b)
 
 
+@pytest.mark.slow  # 9-13 s: off the quick loop
 def test_widest_routes_keep_messages_inside_a_node_on_nvlink() -> None:
     from sim.topology.routing import widest_routes
 

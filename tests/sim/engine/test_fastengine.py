@@ -74,6 +74,7 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= REL * max(abs(a), abs(b))
 
 
+@pytest.mark.slow  # 10 s: off the quick loop
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data())
 def test_fast_and_simpy_engines_give_the_same_times_and_verdict(data: st.DataObject) -> None:
