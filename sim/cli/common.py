@@ -273,22 +273,44 @@ def add_topology_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(placement="identity")
 
 
-def topology_from_args(args: argparse.Namespace) -> Any:
-    """The topology of --topology, its links set by --bandwidth/--latency, its ranks placed by --placement."""
+def topology_from_args(args: argparse.Namespace, ranks: int | None = None) -> Any:
+    """The topology of --topology, its links set by --bandwidth/--latency, its ranks placed by --placement.
+
+    ``ranks`` (simulate's -p, or a --file's world size) fewer than the topology's: the part that --placement FILE
+    names (``sim.topology.placement``: the nodes left out only forward)."""
     from sim.topology import from_spec
     from sim.topology.placement import place, placement
 
     bw = parse_bandwidth(args.bandwidth) if args.bandwidth is not None else None
     lat = parse_duration(args.latency) if args.latency is not None else None
     topo = from_spec(args.topology, bandwidth=bw, latency=lat)
+    p = topo.ranks if ranks is None else ranks
+    if p != topo.ranks:
+        _check_part(args, p, topo.ranks)
     if args.placement != "identity":
-        topo = place(topo, placement(args.placement, topo, topo.ranks),
-                     name=f"{topo.name} placed {Path(args.placement).name}")
+        topo = place(topo, placement(args.placement, topo, p), name=f"{topo.name} placed {Path(args.placement).name}",
+                     partial=p < topo.ranks)
     if getattr(args, "routing", "shortest") != "shortest":
         from sim.topology.routing import routed
 
         topo = routed(topo, args.routing)
     return topo
+
+
+def _check_part(args: argparse.Namespace, p: int, whole: int) -> None:
+    """Refuse ``p`` ranks on a topology of ``whole`` (p != whole), unless --placement FILE names the part."""
+    name = args.topology
+    if p < 1:
+        raise UsageError(f"-p {p}: the world size must be at least 1")
+    if p > whole:
+        raise UsageError(f"-p {p}: {name} has only {whole} ranks (the rank count comes from the topology; "
+                         "leave -p out, or name a larger topology)")
+    if args.placement in ("identity", "snake"):
+        raise UsageError(
+            f"-p {p}: {name} has {whole} ranks; a schedule of {p} ranks runs on part of it with --placement "
+            f"FILE, a collsched.placement/1 file listing the {p} nodes it runs on, e.g. "
+            f'{{"format": "collsched.placement/1", "ranks": [{", ".join(map(str, range(min(p, 3))))}'
+            f'{", ..." if p > 3 else ""}]}} (or leave -p out: the rank count comes from the topology)')
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:

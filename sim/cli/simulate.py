@@ -6,7 +6,6 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from algorithms import registry
@@ -33,37 +32,6 @@ from sim.units import parse_size
 __all__ = ["add_parser"]
 
 
-def _topology(args: argparse.Namespace, ranks: int | None) -> Any:
-    """The topology of --topology, or with ``ranks`` (-p, or a --file's) fewer than its rank count the part that
-    --placement FILE names (``sim.topology.placement``: the nodes left out only forward)."""
-    if ranks is None:
-        return topology_from_args(args)
-    whole = topology_from_args(argparse.Namespace(**{**vars(args), "placement": "identity", "routing": "shortest"}))
-    p, name = ranks, args.topology
-    if p == whole.ranks:
-        return topology_from_args(args)
-    if p < 1:
-        raise UsageError(f"-p {p}: the world size must be at least 1")
-    if p > whole.ranks:
-        raise UsageError(f"-p {p}: {name} has only {whole.ranks} ranks (the rank count comes from the topology; "
-                         "leave -p out, or name a larger topology)")
-    if args.placement in ("identity", "snake"):
-        raise UsageError(
-            f"-p {p}: {name} has {whole.ranks} ranks; a schedule of {p} ranks runs on part of it with --placement "
-            f"FILE, a collsched.placement/1 file listing the {p} nodes it runs on, e.g. "
-            f'{{"format": "collsched.placement/1", "ranks": [{", ".join(map(str, range(min(p, 3))))}'
-            f'{", ..." if p > 3 else ""}]}} (or leave -p out: the rank count comes from the topology)')
-    from sim.topology.placement import place, placement
-
-    topo = place(whole, placement(args.placement, whole, p), name=f"{whole.name} placed {Path(args.placement).name}",
-                 partial=True)
-    if args.routing != "shortest":
-        from sim.topology.routing import routed
-
-        topo = routed(topo, args.routing)
-    return topo
-
-
 def _write_outputs(result: Any, args: argparse.Namespace) -> None:
     from sim.engine.trace import plot_timeline, write_trace
 
@@ -82,9 +50,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     opts = engine_options(args)
     if args.file and args.placement not in ("identity", "snake"):  # the file's ranks may use part of the topology
         schedule = schedule_from_args(args, allow_custom=True)
-        topo = _topology(args, schedule.ranks)
+        topo = topology_from_args(args, schedule.ranks)
     else:
-        topo = _topology(args, args.ranks)
+        topo = topology_from_args(args, args.ranks)
         schedule = schedule_from_args(args, ranks=topo.ranks, allow_custom=True)
     t0 = time.perf_counter()
     result = simulate(schedule, topo, size, **opts)
