@@ -18,9 +18,8 @@ __all__ = ["is_xml_path", "load", "loads", "save"]
 
 
 def loads(text: str | bytes) -> Schedule:
-    """A schedule from JSON or MSCCL-IR XML text (an XML file whose ``coll`` is ``custom`` is refused)."""
-    if len(text) > schedule.MAX_FILE_BYTES:
-        raise ScheduleError(f"schedule file is {len(text)} bytes, over the limit of {schedule.MAX_FILE_BYTES}")
+    """A schedule from JSON or MSCCL-IR XML text (an XML file whose ``coll`` is ``custom`` is refused); each
+    reader refuses text over ``MAX_FILE_BYTES``."""
     if msccl.looks_like_xml(text):
         return msccl.loads_msccl(text)
     return schedule.loads(text)

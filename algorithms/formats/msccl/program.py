@@ -21,7 +21,7 @@ from typing import Any
 from xml.parsers import expat
 
 from algorithms.errors import ScheduleError
-from algorithms.formats.schedule import MAX_FILE_BYTES
+from algorithms.formats.schedule import MAX_FILE_BYTES, read_bytes
 from algorithms.ir import MAX_RANKS, MAX_SLOTS, Buf, Kind
 
 MAX_CNT = 71
@@ -325,14 +325,7 @@ def read_source(source: str | bytes | os.PathLike[str]) -> tuple[str | bytes, st
         if len(source) > MAX_FILE_BYTES:
             raise ScheduleError(f"MSCCL-IR text is {len(source)} bytes, over the limit of {MAX_FILE_BYTES}")
         return source, ""
-    p = Path(source)
-    try:
-        size = p.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ScheduleError(f"{p}: {size} bytes, over the limit of {MAX_FILE_BYTES}")
-        return p.read_bytes(), f"{p}: "
-    except OSError as e:
-        raise ScheduleError(f"{p}: cannot read: {e.strerror or e}") from None
+    return read_bytes(source, MAX_FILE_BYTES), f"{Path(source)}: "
 
 
 def parse_text(data: str | bytes) -> Program:
