@@ -99,7 +99,8 @@ def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: fl
     """The host cap H and γ that best explain large runner collectives (``runners.calibrate.COLLECTIVE_CASES``),
     with the simulator as the model and the other figures held: H by a search for the least squared relative
     error of the cases without reductions, then γ over the reducing ones with that H. Falls back to ``host_bw`` or
-    ``reduce_bw`` when no case of that sort was measured."""
+    ``reduce_bw`` when no case of that sort was measured, and to ``reduce_bw`` when the reducing cases fit best
+    with free reductions."""
     reducing = {Kind.ALLREDUCE, Kind.REDUCESCATTER, Kind.REDUCE}
     scheds = [registry.build(c["collective"], c["algorithm"], p, chunks=c["chunks"]) for c in cases]
     measured = np.array([float(c["time_s"]) for c in cases])
@@ -123,7 +124,9 @@ def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: fl
     if red:
         base = reduce_bw if reduce_bw is not None else bw
         g = search_log(lambda g: err(times(cap, g, red), red), base * 0.01, base * 4.0)
-        gamma = g if math.isfinite(g) else None
+        # inf means the collectives ran no slower than free reductions would: they cannot tell γ, so the
+        # direct measurement (the reduce micro-benchmark) stands; None only when there is none.
+        gamma = g if math.isfinite(g) else reduce_bw
     every = list(range(len(cases)))
     predicted = times(cap, gamma, every)
     rel = (predicted - measured) / measured
