@@ -238,11 +238,10 @@ def cluster(nodes: int, gpus: int, *, nvlink_bandwidth: float = NVLINK_BANDWIDTH
 
 def dgx_h100(nodes: int) -> Topology:
     """``nodes`` DGX H100 systems: 8 GPUs each at 450 GB/s per direction to the NVSwitches
-    (18 NVLink-4 links x 25 GB/s), and one 400 Gb/s (50 GB/s) ConnectX-7 NIC per GPU
-    to a non-blocking network switch. The links carry what NCCL reaches on them:
-    450 GB/s x ``DGX_NVLINK_EFFICIENCY``, 50 GB/s x ``DGX_NIC_EFFICIENCY``, and
-    ``DGX_NVLINK_LATENCY``/``DGX_NIC_LATENCY`` per hop (NCCL's per-step latencies); NCCL's base latency
-    per collective is the preset's engine parameter (``sim.machine.model.PRESET_ENGINES``)."""
-    return cluster(nodes, 8, nvlink_bandwidth=NVLINK_BANDWIDTH * DGX_NVLINK_EFFICIENCY,
-                   nvlink_latency=DGX_NVLINK_LATENCY, nic_bandwidth=NIC_BANDWIDTH * DGX_NIC_EFFICIENCY,
-                   nic_latency=DGX_NIC_LATENCY, name=f"dgx-h100:{nodes}")
+    (18 NVLink-4 links x 25 GB/s), and one 400 Gb/s (50 GB/s) ConnectX-7 NIC per GPU on
+    rail-aligned leaf switches (``sim.topology.gpus``, which holds the figures and their sources).
+    The links carry what NCCL's Simple protocol reaches on them and its Simple ring latency per step;
+    other protocols and NCCL's base latency come from the runtime (``sim.engine.protocols``)."""
+    from sim.topology.gpus import gpu_cluster
+
+    return gpu_cluster("dgx-h100", nodes)

@@ -331,5 +331,26 @@ register_topology(
     help="N DGX H100 systems of 8 GPUs at NCCL's effective NVLink and NIC figures (docs/design.md)",
     constraints=("N >= 1", "8N ranks", _AT_MOST), ranks=lambda a: 8 * a[0], source=_BUILTIN)(_builder("dgx_h100"))
 
+def _gpu_builder(system: str) -> Callable[..., Topology]:
+    """``sim.topology.gpus.gpu_cluster`` of ``system``, imported when a SPEC is built."""
+
+    def build(nodes: int) -> Topology:
+        return importlib.import_module("sim.topology.gpus").gpu_cluster(system, nodes)  # type: ignore[no-any-return]
+
+    build.__name__ = build.__qualname__ = system.replace("-", "_")
+    return build
+
+
+for _name, _gpn, _help in (
+    ("hgx-h200", 8, "N HGX H200 nodes: 8 H200 at NVLink 4 (450 GB/s per direction), 8x 400 Gb/s NICs on rails"),
+    ("dgx-a100", 8, "N DGX A100 nodes: 8 A100 at NVLink 3 (300 GB/s per direction), 8x 200 Gb/s HDR NICs on rails"),
+    ("dgx-b200", 8, "N DGX B200 nodes: 8 B200 at NVLink 5 (900 GB/s per direction), 8x 400 Gb/s NICs on rails"),
+    ("gb200-nvl72", 72, "N GB200 NVL72 racks: 72 GPUs in one NVLink 5 domain (900 GB/s per direction), "
+                        "a 400 Gb/s NIC per GPU on rails"),
+):
+    register_topology(_name, syntax=f"{_name}:N", help=f"{_help} (sim.topology.gpus)",
+                      constraints=("N >= 1", f"{_gpn}N ranks", _AT_MOST),
+                      ranks=lambda a, g=_gpn: g * a[0], source="sim.topology.gpus")(_gpu_builder(_name))
+
 SPEC_FORMS = spec_forms(loaded=False)
 """The built-in forms as one line of text (``spec_forms()`` adds the ones user modules register)."""
