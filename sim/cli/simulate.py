@@ -44,8 +44,10 @@ def _write_outputs(result: Any, args: argparse.Namespace) -> None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from sim.engine.reference import simulate
+    if getattr(args, "algorithm", None) == "nccl":
+        from sim.cli.runtime import cmd_simulate_nccl
 
+        return cmd_simulate_nccl(args)
     size = parse_size(args.size)
     opts = engine_options(args)
     if args.file and args.placement not in ("identity", "snake"):  # the file's ranks may use part of the topology
@@ -53,9 +55,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         topo = topology_from_args(args, schedule.ranks)
     else:
         topo = topology_from_args(args, args.ranks)
+        if not args.file:
+            from sim.cli.runtime import default_group
+
+            args.param = list(default_group(args, topo, dict(args.param)).items())
         schedule = schedule_from_args(args, ranks=topo.ranks, allow_custom=True)
+    from sim.cli.runtime import run_schedule
+
     t0 = time.perf_counter()
-    result = simulate(schedule, topo, size, **opts)
+    result, runtime_line = run_schedule(args, schedule, topo, size, opts)
     wall = time.perf_counter() - t0
     _write_outputs(result, args)
     from sim.topology.placement import stretched_pairs
@@ -70,6 +78,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                           "stretched_pairs": [list(t) for t in stretched], **eff}))
     else:
         _print_result(result, schedule, wall, args, opts)
+        if runtime_line:
+            print(runtime_line)
         if b is not None:
             print(f"  bound      {human_time(b.bound_s)} (`collsched bound`), efficiency "
                   f"{100 * b.efficiency(result.time):.1f}%")
@@ -158,6 +168,9 @@ def add_parser(subparsers: Any) -> None:
                    help="world size: the topology's rank count (the default); fewer run on part of the topology, "
                         "on the nodes that --placement FILE lists")
     add_network_args(p)
+    from sim.cli.runtime import add_runtime_args
+
+    add_runtime_args(p)
     p.add_argument("--size", "-s", required=True, metavar="N",
                    help="message size (nccl-tests convention), e.g. 256MiB, 1M (binary, as in nccl-tests) or 64MB "
                         "(decimal)")

@@ -66,7 +66,8 @@ HW_LATENCY_US: Mapping[str, Mapping[str, Mapping[str, float]]] = {
     "nvlink": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}, "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
                "collnet_direct": {"LL": 0.0, "LL128": 0.0, "Simple": 3.7},
                "collnet_chain": {"LL": 0.0, "LL128": 0.0, "Simple": 2.8},
-               "nvls": {"LL": 0.0, "LL128": 0.0, "Simple": 25.0}, "nvls_tree": {"LL": 0.0, "LL128": 0.0, "Simple": 25.0},
+               "nvls": {"LL": 0.0, "LL128": 0.0, "Simple": 25.0},
+               "nvls_tree": {"LL": 0.0, "LL128": 0.0, "Simple": 25.0},
                "pat": {"LL": 0.0, "LL128": 0.0, "Simple": 4.0}},
     # hwLatencies[NCCL_HW_PCI]
     "pci": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7},
