@@ -43,8 +43,14 @@ def _file_schedules(paths: Sequence[str], kind: Kind, p: int) -> list[tuple[str,
     return out
 
 
+def _nccl_model(topo: Any) -> bool:
+    from sim.topology.gpus import system_of
+
+    return system_of(topo) is not None
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.engine.reference import simulate
+    from sim.cli.runtime import run_schedule
     from sim.engine.trace import plot_sweep
     from sim.progress import bar
 
@@ -58,8 +64,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     files = _file_schedules(args.files, Kind(args.collective), p)
     candidates = [registry.get(args.collective, a) for a in wanted] if wanted else list(
         registry.algorithms(args.collective))
+    from sim.cli.runtime import default_group, runtime_of
+
+    with_nccl = runtime_of(args, topo) == "nccl" and _nccl_model(topo)
     for alg in candidates:
-        params: dict[str, Any] = {}
+        params = default_group(argparse.Namespace(collective=args.collective, algorithm=alg.name), topo, {})
         if args.chunks is not None and any(x.name == "chunks" for x in alg.parameters):
             params["chunks"] = args.chunks
         reason = alg.unsupported(p, params)
@@ -82,15 +91,27 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     with bar(len(sizes) * len(schedules), unit="run", enabled=not args.no_progress) as progress:
         for size in sizes:
             b = unit.scaled(size) if unit is not None else None
+            runs: list[tuple[str, Any, str]] = []
+            if with_nccl:
+                from sim.cli.runtime import nccl_engine_options
+                from sim.machine.nccl import simulate_nccl
+
+                nr = simulate_nccl(args.collective, topo, size, proto=args.protocol, root=args.root,
+                                   **nccl_engine_options(args, opts))
+                runs.append(("nccl", nr.result, f"{nr.nccl.algorithm}/{nr.nccl.protocol}"))
             for label, s in schedules:
-                r = simulate(s, topo, size, **opts)
+                r, _line = run_schedule(args, s, topo, size, opts)
+                runs.append((label, r, ""))
+                progress.update(1)
+            ref = runs[0][1].time if with_nccl else None
+            for label, r, picked in runs:
                 all_ok &= r.ok
                 rows.append({"algorithm": label, "size": size, "time_s": r.time, "algbw_GBps": gigabytes(r.algbw),
                              "busbw_GBps": gigabytes(r.busbw), "ok": r.ok,
                              "bound_s": b.bound_s if b is not None else None,
-                             "efficiency": b.efficiency(r.time) if b is not None else None})
-                progress.update(1)
-    names = [label for label, _ in schedules]
+                             "efficiency": b.efficiency(r.time) if b is not None else None,
+                             "vs_nccl": r.time / ref if ref else None, **({"nccl": picked} if picked else {})})
+    names = (["nccl"] if with_nccl else []) + [label for label, _ in schedules]
     best = {size: min((r for r in rows if r["size"] == size), key=lambda r: r["time_s"])["algorithm"]
             for size in sizes}
     if args.plot:
@@ -111,7 +132,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _print_sweep(rows: Sequence[dict[str, Any]], sizes: Sequence[float], names: Sequence[str],
                  best: dict[float, str], kind: str, where: str) -> None:
     print(f"{kind} on {where}: time per algorithm (* = fastest; in brackets, efficiency = bound / time, "
-          "see `collsched bound`); busbw of the fastest")
+          "see `collsched bound`; in square brackets, what NCCL runs and each time vs NCCL's); busbw of the fastest")
     by = {(r["algorithm"], r["size"]): r for r in rows}
     head = ["size", *names, "best busbw GB/s"]
     table = [head]
@@ -122,6 +143,10 @@ def _print_sweep(rows: Sequence[dict[str, Any]], sizes: Sequence[float], names: 
             mark = "*" if best[size] == name else " "
             bad = "" if r["ok"] else " !"
             eff = f" ({100 * r['efficiency']:.0f}%)" if r["efficiency"] is not None else ""
+            if r.get("nccl"):
+                eff += f" [{r['nccl']}]"
+            elif r.get("vs_nccl") is not None:
+                eff += f" [{r['vs_nccl']:.2f}x NCCL]"
             line.append(f"{human_time(r['time_s'])}{mark}{eff}{bad}")
         bb = by[(best[size], size)]["busbw_GBps"]
         line.append(f"{bb:.3f}" if bb is not None else "-")
@@ -142,6 +167,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--chunks", "-k", type=int, metavar="k", help="chunks per piece for every algorithm")
     p.add_argument("--root", "-r", type=int, metavar="R", help="root rank for rooted kinds (default 0)")
     add_network_args(p)
+    from sim.cli.runtime import add_runtime_args
+
+    add_runtime_args(p)
     p.add_argument("--sizes", required=True, metavar="A:B", help="A:B doubles from A to B; A:B:F multiplies by F; "
                                                                    "or A,B,C; sizes as --size of simulate (1MiB, "
                                                                    "1M binary; 1MB decimal)")
