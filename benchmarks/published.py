@@ -1,0 +1,71 @@
+"""Published nccl-tests tables against ``-a nccl`` on their presets: per size, per table, per regime.
+
+    python benchmarks/published.py [DIR ...] [--rows]
+
+Reads every ``.tsv`` table in ``../shared/published/`` (next to the repository) and in each DIR given
+(the format of that folder's README.md), simulates what NCCL runs for every size on the table's preset
+(``sim.machine.published.score``; a table that forced ``NCCL_ALGO`` forces it here too; no fitting), and
+prints per table the median and 90th-percentile |simulated - measured| / measured and the median ratio
+simulated / measured per regime (<= 64 KiB, between, >= 64 MiB). Sizes where NCCL ran NVLS or NVLSTree,
+which have no schedule here yet, are scored apart (the "NVLS" line). ``--rows`` also prints every size.
+Prints tables; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.machine.published import REGIMES, score, tables_in  # noqa: E402
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="*", help="more folders of .tsv tables")
+    ap.add_argument("--rows", action="store_true", help="print every size too")
+    args = ap.parse_args(argv)
+    shared = ROOT.parent / "shared" / "published"
+    dirs = ([shared] if shared.is_dir() else []) + [Path(d) for d in args.dirs]
+    if not dirs:
+        print(f"no tables: {shared} is absent and no DIR was given", file=sys.stderr)
+        return 2
+    try:
+        tables = tables_in(dirs)
+    except ValueError as e:
+        print(f"published.py: {e}", file=sys.stderr)
+        return 2
+    head = ["table", "preset", "points", "median", "p90", *(name for name, _, _ in REGIMES), "NVLS points",
+            "NVLS median"]
+    lines = [head]
+    for t in tables:
+        s = score(t)
+        if args.rows:
+            print(f"# {t.path.name} ({t.preset}, {t.collective}): size, measured us, simulated us, error, "
+                  "NCCL runs, simulated")
+            for r in s.rows:
+                print(f"  {r['size']:>12} {r['measured_s'] * 1e6:>10.1f} {r['simulated_s'] * 1e6:>10.1f} "
+                      f"{r['error']:>+7.1%}  {r['nccl']:<16} {r['simulated'] if r['nvls'] else ''}")
+        st, nv = s.stats(), s.stats(s.nvls_rows)
+        lines.append([t.path.stem, t.preset, str(st["points"]), _pct(st["median"]), _pct(st["p90"]),
+                      *(_ratio(st[name]) for name, _, _ in REGIMES), str(nv["points"]), _pct(nv["median"])])
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+    print("# measured (nccl-tests, out-of-place) vs collsched -a nccl; regimes: median simulated / measured")
+    for r in lines:
+        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

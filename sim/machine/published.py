@@ -1,0 +1,132 @@
+"""Published nccl-tests tables against ``-a nccl``: reading the tables, scoring the simulator on them.
+
+A table is a ``.tsv`` file (the format of ``../shared/published/README.md``): ``# key: value`` header lines
+(``preset``, ``collective``, ``nccl_algo``, ``source``, ...), a tab-separated header row
+``size_bytes time_us algbw_GBps busbw_GBps`` and one row per size, sizes in the nccl-tests convention.
+``score`` simulates NCCL's pick for every row on the table's preset (``sim.machine.nccl.simulate_nccl``; a
+table whose ``nccl_algo`` forces an algorithm, e.g. ``Ring (NCCL_ALGO=Ring)``, forces it here too) and
+gives the relative errors, their median and 90th percentile, and the median ratio simulated / measured per
+regime (<= 64 KiB, between, >= 64 MiB). Rows where NCCL runs an in-switch reduction (NVLS, NVLSTree) that
+has no schedule here are kept apart (``nvls_rows``), as the issue asks until in-network reduction lands.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["REGIMES", "Table", "TableScore", "load_table", "score", "tables_in"]
+
+REGIMES = (("<=64KiB", 0, 64 << 10), ("between", (64 << 10) + 1, (64 << 20) - 1), (">=64MiB", 64 << 20, math.inf))
+
+
+@dataclass
+class Table:
+    path: Path
+    header: dict[str, str]
+    rows: list[tuple[int, float]]  # (size bytes, measured seconds)
+
+    @property
+    def preset(self) -> str:
+        return self.header.get("preset", "")
+
+    @property
+    def collective(self) -> str:
+        return self.header.get("collective", "")
+
+    @property
+    def forced_algo(self) -> str | None:
+        """The algorithm the table forced (``NCCL_ALGO=Ring`` -> ``ring``), or None for NCCL's default."""
+        text = self.header.get("nccl_algo", "")
+        m = re.search(r"NCCL_ALGO=(\w+)", text)
+        if m:
+            return m.group(1).lower()
+        m = re.match(r"\s*(ring|tree|nvls|nvlstree|pat)\b", text, re.IGNORECASE)  # e.g. "Ring (NCCL_NVLS_ENABLE=0)"
+        return m.group(1).lower().replace("nvlstree", "nvls_tree") if m else None
+
+
+def load_table(path: str | Path) -> Table:
+    """Read one table; ``ValueError`` naming the file and line when it cannot be read."""
+    path = Path(path)
+    header: dict[str, str] = {}
+    rows: list[tuple[int, float]] = []
+    cols: list[str] | None = None
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            key, sep, value = line[1:].partition(":")
+            if sep:
+                header[key.strip()] = value.strip()
+            continue
+        cells = line.split("\t")
+        if cols is None:
+            cols = [c.strip() for c in cells]
+            if "size_bytes" not in cols or "time_us" not in cols:
+                raise ValueError(f"{path}:{i}: expected a header row with size_bytes and time_us, got {line!r}")
+            continue
+        try:
+            rows.append((int(cells[cols.index("size_bytes")]), float(cells[cols.index("time_us")]) * 1e-6))
+        except (ValueError, IndexError):
+            raise ValueError(f"{path}:{i}: expected numbers in size_bytes and time_us, got {line!r}") from None
+    for key in ("preset", "collective"):
+        if key not in header:
+            raise ValueError(f"{path}: no '# {key}:' header line")
+    return Table(path, header, rows)
+
+
+def tables_in(dirs: Iterable[str | Path]) -> list[Table]:
+    """Every ``.tsv`` table in the directories (sorted by name)."""
+    out = []
+    for d in dirs:
+        for p in sorted(Path(d).glob("*.tsv")):
+            out.append(load_table(p))
+    return out
+
+
+@dataclass
+class TableScore:
+    table: Table
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def _kept(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if not r["nvls"]]
+
+    @property
+    def nvls_rows(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["nvls"]]
+
+    def stats(self, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        rows = self._kept() if rows is None else rows
+        errs = [abs(r["error"]) for r in rows]
+        out: dict[str, Any] = {"points": len(rows),
+                               "median": float(np.percentile(errs, 50)) if errs else None,
+                               "p90": float(np.percentile(errs, 90)) if errs else None}
+        for name, lo, hi in REGIMES:
+            rs = [r["simulated_s"] / r["measured_s"] for r in rows if lo <= r["size"] <= hi]
+            out[name] = float(np.median(rs)) if rs else None
+        return out
+
+
+def score(table: Table, **engine: Any) -> TableScore:
+    """Simulate ``-a nccl`` for every row of ``table`` (module docstring)."""
+    from sim.machine.nccl import simulate_nccl
+    from sim.topology.forms import from_spec
+
+    topo = from_spec(table.preset)
+    out = TableScore(table)
+    for size, measured in table.rows:
+        run = simulate_nccl(table.collective, topo, size, algo=table.forced_algo, **engine)
+        t = run.time
+        out.rows.append({"size": size, "measured_s": measured, "simulated_s": t, "error": (t - measured) / measured,
+                         "nccl": f"{run.nccl.algorithm}/{run.nccl.protocol}",
+                         "simulated": f"{run.simulated.algorithm}/{run.simulated.protocol}",
+                         "schedule": run.schedule,
+                         "nvls": run.nccl.algorithm in ("nvls", "nvls_tree") and run.simulated != run.nccl})
+    return out
