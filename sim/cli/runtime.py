@@ -144,7 +144,7 @@ def run_schedule(args: argparse.Namespace, schedule: Schedule, topology: Any, si
         if getattr(args, "step_cost", None) is not None:
             opts["overhead"] = float(opts.get("overhead") or 0.0) + parse_duration(args.step_cost, "--step-cost")
     else:  # plain with --protocol
-        model = _generic_model(forced, nodes)
+        model = _generic_model(str(forced), nodes)
     if getattr(args, "launch", None) is None:
         opts["launch"] = model.launch if rt != "collsched" else 0.0
     line = (f"  runtime    {rt}: protocol {model.protocol} ({model.algorithm} latencies: launch "

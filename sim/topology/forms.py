@@ -335,10 +335,15 @@ def _gpu_builder(system: str) -> Callable[..., Topology]:
     """``sim.topology.gpus.gpu_cluster`` of ``system``, imported when a SPEC is built."""
 
     def build(nodes: int) -> Topology:
-        return importlib.import_module("sim.topology.gpus").gpu_cluster(system, nodes)  # type: ignore[no-any-return]
+        topo: Topology = importlib.import_module("sim.topology.gpus").gpu_cluster(system, nodes)
+        return topo
 
     build.__name__ = build.__qualname__ = system.replace("-", "_")
     return build
+
+
+def _gpu_ranks(gpus: int) -> Callable[[Any], int]:
+    return lambda a: gpus * a[0]
 
 
 for _name, _gpn, _help in (
@@ -350,7 +355,7 @@ for _name, _gpn, _help in (
 ):
     register_topology(_name, syntax=f"{_name}:N", help=f"{_help} (sim.topology.gpus)",
                       constraints=("N >= 1", f"{_gpn}N ranks", _AT_MOST),
-                      ranks=lambda a, g=_gpn: g * a[0], source="sim.topology.gpus")(_gpu_builder(_name))
+                      ranks=_gpu_ranks(_gpn), source="sim.topology.gpus")(_gpu_builder(_name))
 
 SPEC_FORMS = spec_forms(loaded=False)
 """The built-in forms as one line of text (``spec_forms()`` adds the ones user modules register)."""

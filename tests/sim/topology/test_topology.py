@@ -81,7 +81,9 @@ def test_dgx_h100_figures() -> None:
     # NCCL's effective figures on 450 GB/s NVLink and 50 GB/s NICs (sim.topology.builders,
     # tests/sim/machine/test_machine.py)
     assert topo.bandwidth(3, "node0") == pytest.approx(0.815 * 450e9) and topo.bandwidth("node0", 3) < 450e9
-    assert topo.bandwidth(3, "net") == pytest.approx(0.94 * 50e9) and topo.bandwidth("net", 3) < 50e9
+    # one 400 Gb/s NIC per GPU, on the leaf switch of its rail (GPU 3 of every node on rail3)
+    assert topo.bandwidth(3, "rail3") == pytest.approx(0.94 * 50e9) and topo.bandwidth("rail3", 11) < 50e9
+    assert topo.route(3, 11) == (3, "rail3", 11)
     assert T.dgx_h100(1).links == T.cluster(1, 8).links  # one box: no network at all
 
 
@@ -325,7 +327,7 @@ def test_unreadable_files() -> None:
 @pytest.mark.parametrize(
     ("spec", "ranks", "links"),
     [("ring:8", 8, 16), ("uring:8", 8, 8), ("full:8", 8, 56), ("switch:8", 8, 16), ("torus:4x4", 16, 64),
-     ("fattree:4", 16, 96), ("cluster:2x8", 16, 64), ("dgx-h100:2", 16, 64)],
+     ("fattree:4", 16, 96), ("cluster:2x8", 16, 64), ("dgx-h100:2", 16, 80)],
 )
 def test_specs(spec: str, ranks: int, links: int) -> None:
     topo = T.from_spec(spec)

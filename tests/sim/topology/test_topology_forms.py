@@ -21,7 +21,7 @@ from sim.topology import SPEC_FORMS, TopologyError, forms, from_spec, register_t
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 BUILTIN = ["ring:P", "uring:P", "full:P", "switch:P", "torus:RxC[xD...][@DIM=BW[/LAT],...]", "fattree:K",
-           "cluster:NxG", "dgx-h100:N"]
+           "cluster:NxG", "dgx-h100:N", "hgx-h200:N", "dgx-a100:N", "dgx-b200:N", "gb200-nvl72:N"]
 
 # A user's module: a ring at 1 GB/s and no latency ("myring:P"), and a mesh without wrap-around ("mesh:RxC").
 USER_FORMS = '''

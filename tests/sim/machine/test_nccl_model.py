@@ -1,0 +1,116 @@
+"""NCCL's tuning model on the GPU presets: the presets' figures against their sources, NCCL's choice against
+what its maintainers say it runs, and -a nccl / --runtime from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main as cli_main
+from sim.machine.nccl import choose, simulate_nccl
+from sim.machine.published import load_table, score
+from sim.topology import from_spec
+from sim.topology.gpus import node_size
+
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
+SHARED = ROOT.parent / "shared" / "published"
+
+
+@pytest.mark.parametrize(("spec", "gpus", "nvlink", "nic"), [
+    ("dgx-h100:2", 8, 450e9, 50e9),       # H100: NVLink 900 GB/s bidirectional; CX-7 400 Gb/s
+    ("hgx-h200:2", 8, 450e9, 50e9),       # H200: the same NVLink 4; CX-7 400 Gb/s
+    ("dgx-a100:2", 8, 300e9, 25e9),       # A100: NVLink 600 GB/s bidirectional; HDR 200 Gb/s
+    ("dgx-b200:2", 8, 900e9, 50e9),       # B200: NVLink 5 1.8 TB/s bidirectional; CX-7 400 Gb/s
+    ("gb200-nvl72:2", 72, 900e9, 50e9),   # GB200 NVL72: 72 GPUs per NVLink domain
+])
+def test_preset_figures(spec: str, gpus: int, nvlink: float, nic: float) -> None:
+    t = from_spec(spec)
+    assert node_size(t) == gpus and t.ranks == 2 * gpus
+    # NCCL reaches ~370 of 450 GB/s on NVLink (nccl-tests #212) and 46-48 of 50 GB/s per NIC (nccl-tests #290)
+    assert t.bandwidth(1, "node0") == pytest.approx(nvlink * 0.815)
+    assert t.bandwidth(1, "rail1") == pytest.approx(nic * 0.94)
+
+
+def test_rails_cross_nodes_between_same_rail_nics_only() -> None:
+    t = from_spec("dgx-h100:4")
+    for g in range(8):
+        assert t.route(g, 8 + g) == (g, f"rail{g}", 8 + g)
+    assert t.route(0, 9) == (0, "rail0", "spine", "rail1", 9)  # another rail: through the spine
+
+
+@pytest.mark.parametrize(("spec", "size", "algo", "proto"), [
+    ("dgx-h100:1", 1024, "ring", "LL"),        # one node, small: Ring/LL (nccl-tests tables; issue 21)
+    ("dgx-h100:2", 1024, "tree", "LL"),        # across nodes, small: Tree/LL (maintainer in nccl-tests #309)
+    ("dgx-h100:2", 8 << 30, "nvls_tree", "Simple"),  # 2 nodes, large: NVLSTree (nccl-tests #309)
+    ("dgx-h100:1", 8 << 30, "nvls", "Simple"),  # one node, large: NVLS (dgxc-benchmarking table)
+])
+def test_the_choice(spec: str, size: int, algo: str, proto: str) -> None:
+    c = choose("allreduce", from_spec(spec), size)
+    assert (c.algorithm, c.protocol) == (algo, proto)
+
+
+def test_the_choice_forced_and_its_formula() -> None:
+    t = from_spec("dgx-h100:1")
+    c = choose("allreduce", t, 8, algo="ring", proto="Simple")
+    # tuning.cc by hand: 8.4 + 14 x 3.4 us, plus 8 bytes at ~367 GB/s x 8/14
+    assert c.latency_us == pytest.approx(56.0) and c.time_s == pytest.approx(56e-6, rel=1e-3)
+    with pytest.raises(ValueError, match="GPU preset"):
+        choose("allreduce", from_spec("ring:8"), 8)
+
+
+def test_simulated_not_returned() -> None:
+    # The pick is built and simulated: its time is the engine's, with the schedule's transfers.
+    run = simulate_nccl("allreduce", from_spec("dgx-h100:1"), 1 << 20, algo="ring")
+    assert run.result.ok and run.result.transfers > 0
+    # 1 MiB by hand: LL, 15.0 us + 14 steps of 128 KiB at LL's cap of 141 GB/s busbw (tuning.cc llMaxBw, Hopper)
+    # on each link: 141 GB/s x 8/14 algbw ... equivalently 14 x (1 MiB / 8) / 141e9 s.
+    assert run.time == pytest.approx(15.0e-6 + 14 * (1 << 20) / 8 / 141e9, rel=0.02)
+
+
+def test_cli_nccl_and_runtimes(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "-c", "allreduce", "-t", "dgx-h100:1", "-s", "8", "--json", "--bound", "no"]
+    assert cli_main([*base, "-a", "nccl"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["nccl"]["algorithm"] == "ring" and out["nccl"]["protocol"] == "LL"
+    assert out["time_s"] == pytest.approx(15.0e-6, rel=1e-3)
+    assert cli_main([*base, "-a", "ring", "--protocol", "LL128"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_s"] == pytest.approx(40.6e-6, rel=1e-3)
+    assert cli_main([*base, "-a", "ring", "--runtime", "plain"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_s"] == pytest.approx(56.0e-6, rel=1e-3)
+    # collsched runtime: an 8-byte message goes with LL (NCCL point-to-point up to 16 KiB), no base latency
+    assert cli_main([*base, "-a", "ring", "--runtime", "collsched"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_s"] == pytest.approx(14 * 0.6e-6, rel=1e-3)
+    assert cli_main(["simulate", "-c", "allreduce", "-a", "nccl", "-t", "ring:8", "-s", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "GPU preset" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert cli_main([*base, "-a", "nccl", "--param", "algo=bogus"]) == 2
+    assert "algo='bogus'" in capsys.readouterr().out  # --json: the error as JSON
+
+
+def test_hierarchical_groups_by_node(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "-c", "allreduce", "-a", "hierarchical", "-t", "dgx-h100:2", "-s", "8", "--json",
+            "--bound", "no", "--runtime", "plain"]
+    assert cli_main(base) == 0
+    default = json.loads(capsys.readouterr().out)["time_s"]
+    # group = 8: 2(8-1) NVLink steps (3.4 us) and 2(2-1) network steps (14 us), plus 8.4 us launch, by hand
+    assert default == pytest.approx(8.4e-6 + 14 * 3.4e-6 + 2 * 14e-6, rel=0.01)
+
+
+def _table(name: str):  # type: ignore[no-untyped-def]
+    path = SHARED / name
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (the shared published tables)")
+    return load_table(path)
+
+
+def test_published_single_node_tables() -> None:
+    # H200 16 GiB ring figures (stas00/ml-engineering): all-reduce, all-gather, reduce-scatter within 5%
+    for name in ("h200_1x8_allreduce_ring_16G_mlengineering.tsv", "h200_1x8_allgather_16G_mlengineering.tsv",
+                 "h200_1x8_reducescatter_16G_mlengineering.tsv"):
+        s = score(_table(name))
+        assert all(abs(r["error"]) < 0.05 for r in s.rows), (name, s.rows)
+    # DGX H100 1x8 (dgxc-benchmarking): outside NVLS sizes, median within 15%
+    s = score(_table("h100_1x8_allreduce_dgxc.tsv"))
+    assert s.stats()["median"] < 0.15
