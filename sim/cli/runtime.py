@@ -22,11 +22,11 @@ import re
 from typing import Any
 
 from algorithms.errors import UsageError
-from algorithms.ir import Kind, Schedule
+from algorithms.ir import Schedule
 
 __all__ = ["RUNTIMES", "add_runtime_args", "nccl_params", "run_schedule", "runtime_of"]
 
-RUNTIMES = ("nccl", "msccl", "collsched", "plain")
+from sim.machine.runtime import RUNTIMES
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -42,12 +42,10 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
 
 def runtime_of(args: argparse.Namespace, topology: Any) -> str:
     """The run's runtime: ``--runtime``, else ``nccl`` on a GPU preset and ``plain`` elsewhere."""
-    from sim.topology.gpus import system_of
+    from sim.machine.runtime import default_runtime
 
     rt = getattr(args, "runtime", None)
-    if rt is not None:
-        return str(rt)
-    return "nccl" if system_of(topology) is not None else "plain"
+    return str(rt) if rt is not None else default_runtime(topology)
 
 
 def nccl_params(args: argparse.Namespace) -> dict[str, str]:
@@ -85,72 +83,33 @@ def _msccl_proto(path: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def _largest_message(schedule: Schedule, size: float) -> float:
-    from sim import units
-
-    coll = schedule.collective
-    piece = size if units.sized_buffer(coll.kind) == "buffer" else size / coll.ranks
-    cols = schedule.columns()
-    most = int(cols.count.max()) if len(cols.count) else 0
-    return most * piece / coll.chunks
-
-
-def _generic_model(protocol: str, nodes: int) -> Any:
-    """NCCL's ring latencies of ``protocol`` and its line format's share of data as the bandwidth factor."""
-    from sim.engine.protocols import LL128_DATA_FRACTION, LL_DATA_FRACTION, ProtocolModel
-
-    factor = {"LL": LL_DATA_FRACTION, "LL128": LL128_DATA_FRACTION, "Simple": 1.0}[protocol]
-    return ProtocolModel.nccl(protocol, "ring", nodes=nodes, nvlink_factor=factor, net_factor=factor)
-
-
 def run_schedule(args: argparse.Namespace, schedule: Schedule, topology: Any, size: float,
                  opts: dict[str, Any]) -> tuple[Any, str]:
-    """Simulate ``schedule`` under the run's runtime; the result and a line saying what priced it."""
-    from sim.engine.protocols import apply, parse_protocol
-    from sim.engine.reference import simulate
-    from sim.machine.nccl import choose, protocol_model
-    from sim.topology.gpus import node_size, system_of
+    """Simulate ``schedule`` under the run's runtime (``sim.machine.runtime``); the result and a line saying
+    what priced it ("" for the plain links)."""
+    from sim.machine.runtime import simulate_under
     from sim.units import parse_duration
 
     rt = runtime_of(args, topology)
-    forced = getattr(args, "protocol", None)
-    if rt == "plain" and forced is None:
-        return simulate(schedule, topology, size, **opts), ""
-    gpn = node_size(topology) or topology.ranks
-    nodes = max(1, topology.ranks // gpn)
+    step = parse_duration(args.step_cost, "--step-cost") if getattr(args, "step_cost", None) is not None else 0.0
     opts = dict(opts)
-    if rt == "nccl":
-        kind = schedule.collective.kind
-        if system_of(topology) is not None and kind in (Kind.ALLREDUCE, Kind.ALLGATHER, Kind.REDUCESCATTER,
-                                                        Kind.BROADCAST, Kind.REDUCE):
-            try:
-                pick = choose(kind, topology, size, algo="ring", proto=forced)
-            except ValueError as e:
-                raise UsageError(str(e)) from None
-            model = protocol_model(pick, kind, topology)
-        else:
-            model = _generic_model(forced or "Simple", nodes)
-    elif rt == "msccl":
-        proto = forced or _msccl_proto(getattr(args, "file", None)) or "Simple"
-        try:
-            model = _generic_model(parse_protocol(proto), nodes)
-        except ValueError as e:
-            raise UsageError(f"--runtime msccl: {e}") from None
-    elif rt == "collsched":
-        from sim.engine.protocols import P2P_LL_THRESHOLD
-
-        proto = forced or ("LL" if _largest_message(schedule, size) <= P2P_LL_THRESHOLD else "Simple")
-        model = _generic_model(proto, nodes)
-        if getattr(args, "step_cost", None) is not None:
-            opts["overhead"] = float(opts.get("overhead") or 0.0) + parse_duration(args.step_cost, "--step-cost")
-    else:  # plain with --protocol
-        model = _generic_model(str(forced), nodes)
-    if getattr(args, "launch", None) is None:
-        opts["launch"] = model.launch if rt != "collsched" else 0.0
+    # --launch stands; else the plain links keep the machine's launch (a preset's or a machine file's), and a
+    # protocol brings its own base latency.
+    launch = opts.pop("launch", 0.0)
+    if getattr(args, "launch", None) is None and not (rt == "plain" and getattr(args, "protocol", None) is None):
+        launch = None
+    try:
+        result, model = simulate_under(rt, schedule, topology, size, protocol=getattr(args, "protocol", None),
+                                       msccl_proto=_msccl_proto(getattr(args, "file", None)), step_cost=step,
+                                       launch=launch, **opts)
+    except ValueError as e:
+        raise UsageError(f"--runtime {rt}: {e}") from None
+    if model is None:
+        return result, ""
     line = (f"  runtime    {rt}: protocol {model.protocol} ({model.algorithm} latencies: launch "
             f"{model.launch * 1e6:.3g} us, NVLink step {model.step_latency('nvlink') * 1e6:.3g} us, network step "
             f"{model.step_latency('net') * 1e6:.3g} us; bandwidth x{model.nvlink_factor:.3g})")
-    return simulate(schedule, apply(topology, model), size, **opts), line
+    return result, line
 
 
 def nccl_engine_options(args: argparse.Namespace, opts: dict[str, Any]) -> dict[str, Any]:
