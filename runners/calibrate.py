@@ -371,7 +371,7 @@ def _validate_worker(rank: int, cases: list[tuple[str, str]], sizes: list[int], 
 
 def validate(machine: Machine, p: int, sizes: Sequence[int], *, launches: int = 3, iters: int = 5, warmup: int = 1,
              kinds: Sequence[str] = VALIDATE_KINDS, check: bool = True, job_timeout: float = 3600.0,
-             ) -> list[dict[str, Any]]:
+             runtime: str | None = None, protocol: str | None = None) -> list[dict[str, Any]]:
     """Measured (median over launches of bench's medians) and predicted time of every algorithm of each kind."""
     from sim.machine.predict import algorithms_for, predict
 
@@ -385,7 +385,8 @@ def validate(machine: Machine, p: int, sizes: Sequence[int], *, launches: int = 
             raise CalibrationError(f"{r['collective']}/{r['algorithm']} at {r['size']} B: the runner's result "
                                    "was wrong")
         measured = _median([x["time_us"] * 1e-6 for x in runs])
-        predicted = predict(machine, r["collective"], r["algorithm"], p, r["size"])
+        predicted = predict(machine, r["collective"], r["algorithm"], p, r["size"], runtime=runtime,
+                            protocol=protocol)
         rows.append({"collective": r["collective"], "algorithm": r["algorithm"], "ranks": p, "size": r["size"],
                      "measured_s": measured, "predicted_s": predicted, "error": predicted / measured - 1,
                      "native_s": _median([x["native_time_us"] * 1e-6 for x in runs]),
@@ -406,7 +407,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     machine = load_machine(args.machine, args.nproc)
     t0 = time.perf_counter()
     rows = validate(machine, args.nproc, sizes, launches=args.launches, iters=args.iters, warmup=args.warmup,
-                    kinds=kinds, check=args.check, job_timeout=args.job_timeout)
+                    kinds=kinds, check=args.check, job_timeout=args.job_timeout, runtime=args.runtime,
+                    protocol=args.protocol)
     summ = validation_stats(rows)
     summ["wall_s"] = time.perf_counter() - t0
     if args.plot:
@@ -491,6 +493,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--no-check", dest="check", action="store_false", help="run(check=False) when timing")
     p.add_argument("--plot", metavar="F.png", help="write predicted vs measured (log-log, a colour per algorithm)")
     p.add_argument("--job-timeout", type=float, default=3600.0, help="seconds before one launch is killed")
+    p.add_argument("--runtime", choices=("nccl", "msccl", "collsched", "plain"), default=None,
+                   help="price the predictions as this runtime would (its protocol; sim.machine.runtime); default: "
+                        "the machine's links as they are, as the gloo runner sees them")
+    p.add_argument("--protocol", choices=("LL", "LL128", "Simple"), default=None,
+                   help="force one NCCL protocol in the predictions")
     add_common_args(p, json_help='print {"ok", "summary", "rows": [...]}')
     p.set_defaults(func=_cmd_validate)
 

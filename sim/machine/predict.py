@@ -76,10 +76,22 @@ def build_schedule(kind: Kind | str, name: str, p: int, chunks: int = 1) -> Sche
     return algorithm.build(p, root=0 if Kind(kind) in ROOTED_KINDS else None, **params)
 
 
-def predict(machine: Machine, kind: str, name: str, p: int, size: float, chunks: int = 1) -> float:
-    """Simulated seconds of one algorithm on the machine (dataflow, as the gloo runner executes)."""
+def predict(machine: Machine, kind: str, name: str, p: int, size: float, chunks: int = 1, *,
+            runtime: str | None = None, protocol: str | None = None) -> float:
+    """Simulated seconds of one algorithm on the machine (dataflow, as the gloo runner executes).
+
+    ``runtime``/``protocol``: price it as that runtime would (``sim.machine.runtime``; None: the machine's
+    links as they are, as the gloo runner sees them)."""
     sched = build_schedule(kind, name, p, chunks)
-    r = machine.simulate(sched, size)
+    if runtime is None and protocol is None:
+        r = machine.simulate(sched, size)
+    else:
+        from sim.machine.runtime import simulate_under
+
+        opts = machine.engine.options()
+        launch = opts.pop("launch")
+        r, _model = simulate_under(runtime or "plain", sched, machine.topology, size, protocol=protocol,
+                                   launch=launch if launch else None, **opts)
     if not r.ok:
         raise CalibrationError(f"{kind}/{name} on {p} ranks failed its postcondition in simulation")
     return float(r.time) + copy_seconds(sched, size, copy_fit(machine))

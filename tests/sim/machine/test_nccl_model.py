@@ -114,3 +114,17 @@ def test_published_single_node_tables() -> None:
     # DGX H100 1x8 (dgxc-benchmarking): outside NVLS sizes, median within 15%
     s = score(_table("h100_1x8_allreduce_dgxc.tsv"))
     assert s.stats()["median"] < 0.15
+
+
+def test_validate_predictions_under_a_runtime() -> None:
+    # collsched validate --runtime: the same hand figures as simulate (LL ring 15.0 us; collsched's LL
+    # point-to-point without NCCL's base latency 14 x 0.6 us; plain Simple links without launch 14 x 3.4 us)
+    from sim.machine.model import Machine
+    from sim.machine.predict import predict
+
+    m = Machine(from_spec("dgx-h100:1"))
+    assert predict(m, "allreduce", "ring", 8, 8, runtime="nccl") == pytest.approx(15.0e-6, rel=1e-3)
+    assert predict(m, "allreduce", "ring", 8, 8, runtime="collsched") == pytest.approx(14 * 0.6e-6, rel=1e-3)
+    assert predict(m, "allreduce", "ring", 8, 8) == pytest.approx(14 * 3.4e-6, rel=1e-3)
+    with pytest.raises(ValueError, match="runtime"):
+        predict(m, "allreduce", "ring", 8, 8, runtime="mpi")
