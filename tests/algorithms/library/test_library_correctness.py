@@ -79,6 +79,8 @@ def test_every_outcome_changing_mutant_is_caught_on_folded_and_rooted_instances(
     names = {prm.name for prm in algo.parameters}
     for p in (6, 7):
         params = {n: v for n, v in (("chunks", 2), ("group", 3)) if n in names}
+        if algo.unsupported(p, params) is not None:  # NCCL's algorithms need group | p: their nodes
+            params.pop("group")
         schedule = algo.build(p, root=3 if algo.kind in ROOTED_KINDS else None, **params)
         report = mutation.kill_rate(schedule, samples=60, seed=p)
         assert report.changed > 0

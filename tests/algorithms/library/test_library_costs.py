@@ -21,7 +21,11 @@ from algorithms.ir import ROOTED_KINDS, Kind, Op, Schedule
 ALGORITHMS = [(a.kind.value, a.name) for a in registry.algorithms()]
 # Pipelined double binary tree: the ramp-up and ramp-down of two overlapping
 # trees make the per-step load irregular, so β and γ are stated as bounds.
-BOUNDED = {("allreduce", "double_binary_tree"): ("bytes", "reduced")}
+BOUNDED = {("allreduce", "double_binary_tree"): ("bytes", "reduced"),
+           # NCCL's trees (a chain head has up to 3 children); its rings' chains, which differ per channel
+           # across nodes, so that a step's busiest rank may carry fewer than K chunks.
+           ("allreduce", "nccl_tree"): ("bytes", "reduced"),
+           ("broadcast", "nccl_ring"): ("bytes",), ("reduce", "nccl_ring"): ("bytes", "reduced")}
 # The buffer whose size is n (nccl-tests): p·C chunks for these kinds, C otherwise.
 _WIDE = {Kind.ALLGATHER, Kind.GATHER, Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALLTOALL}
 
@@ -70,7 +74,8 @@ def _cases(algo: registry.Algorithm, chunk_counts: tuple[int, ...]) -> list[tupl
         for k in chunk_counts if "chunks" in names else (None,):
             for g in groups:
                 params = {name: v for name, v in (("chunks", k), ("group", g)) if v is not None}
-                out.append((p, root, params))
+                if algo.unsupported(p, params) is None:  # NCCL's algorithms need group | p
+                    out.append((p, root, params))
     return out
 
 

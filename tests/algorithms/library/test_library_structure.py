@@ -20,11 +20,11 @@ ALGORITHMS = [(a.kind.value, a.name) for a in registry.algorithms()]
 def test_every_family_is_registered() -> None:
     want = {
         "allreduce": {"ring", "recursive_doubling", "rabenseifner", "binomial", "double_binary_tree", "direct",
-                      "hierarchical", "swing", "swing_torus", "torus_bucket"},
-        "allgather": {"ring", "recursive_doubling", "bruck", "direct"},
-        "reducescatter": {"ring", "recursive_halving", "direct"},
-        "broadcast": {"binomial", "binary_tree", "chain", "scatter_allgather"},
-        "reduce": {"binomial", "chain", "reducescatter_gather"},
+                      "hierarchical", "swing", "swing_torus", "torus_bucket", "nccl_ring", "nccl_tree"},
+        "allgather": {"ring", "recursive_doubling", "bruck", "direct", "nccl_ring"},
+        "reducescatter": {"ring", "recursive_halving", "direct", "nccl_ring"},
+        "broadcast": {"binomial", "binary_tree", "chain", "scatter_allgather", "nccl_ring"},
+        "reduce": {"binomial", "chain", "reducescatter_gather", "nccl_ring"},
         "scatter": {"binomial", "linear"},
         "gather": {"binomial", "linear"},
         "alltoall": {"pairwise", "bruck", "direct"},
