@@ -92,7 +92,7 @@ def run_schedule(args: argparse.Namespace, schedule: Schedule, topology: Any, si
 
     rt = runtime_of(args, topology)
     step = parse_duration(args.step_cost, "--step-cost") if getattr(args, "step_cost", None) is not None else 0.0
-    opts = dict(opts)
+    caller_opts, opts = opts, dict(opts)
     # --launch stands; else the plain links keep the machine's launch (a preset's or a machine file's), and a
     # protocol brings its own base latency.
     launch = opts.pop("launch", 0.0)
@@ -106,6 +106,8 @@ def run_schedule(args: argparse.Namespace, schedule: Schedule, topology: Any, si
         raise UsageError(f"--runtime {rt}: {e}") from None
     if model is None:
         return result, ""
+    if launch is None:
+        caller_opts["launch"] = model.launch  # what the run's closed form line adds, as the run did
     line = (f"  runtime    {rt}: protocol {model.protocol} ({model.algorithm} latencies: launch "
             f"{model.launch * 1e6:.3g} us, NVLink step {model.step_latency('nvlink') * 1e6:.3g} us, network step "
             f"{model.step_latency('net') * 1e6:.3g} us; bandwidth x{model.nvlink_factor:.3g})")
