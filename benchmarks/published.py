@@ -1,6 +1,7 @@
 """Published nccl-tests tables against ``-a nccl`` on their presets: per size, per table, per regime.
 
     python benchmarks/published.py [DIR ...] [--rows]
+    python benchmarks/published.py --scale      # -a nccl all-reduce on dgx-h100:128 (1,024 GPUs) at 1 GiB
 
 Reads every ``.tsv`` table in ``../shared/published/`` (next to the repository) and in each DIR given
 (the format of that folder's README.md), simulates what NCCL runs for every size on the table's preset
@@ -31,11 +32,37 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _scale() -> int:
+    import json
+    import subprocess
+    import time
+
+    cmd = [sys.executable, "-c", "import sys; from sim.cli.app import main; sys.exit(main())", "simulate", "-c",
+           "allreduce", "-a", "nccl", "-t", "dgx-h100:128", "-s", "1GiB", "--json", "--no-progress"]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    wall = time.perf_counter() - t0
+    if r.returncode:
+        print(r.stderr, file=sys.stderr)
+        return 1
+    out = json.loads(r.stdout)
+    print(f"-a nccl allreduce dgx-h100:128 (1024 GPUs) 1 GiB: NCCL runs {out['nccl']['algorithm']}/"
+          f"{out['nccl']['protocol']}, simulated {out['simulated']['schedule']} ({out['transfers']} transfers): "
+          f"{out['time_s'] * 1e3:.3f} ms (NCCL's model {out['simulated']['model_time_s'] * 1e3:.3f} ms); "
+          f"whole command {wall:.1f} s, peak {out['peak_rss_MiB']:.0f} MiB")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="*", help="more folders of .tsv tables")
     ap.add_argument("--rows", action="store_true", help="print every size too")
+    ap.add_argument("--scale", action="store_true",
+                    help="instead: the whole `collsched simulate -c allreduce -a nccl -t dgx-h100:128 -s 1GiB`, "
+                         "its wall seconds and peak memory (the issue's bound: 30 s and 4 GB)")
     args = ap.parse_args(argv)
+    if args.scale:
+        return _scale()
     shared = ROOT.parent / "shared" / "published"
     dirs = ([shared] if shared.is_dir() else []) + [Path(d) for d in args.dirs]
     if not dirs:
