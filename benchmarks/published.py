@@ -42,10 +42,10 @@ def _scale() -> int:
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
     wall = time.perf_counter() - t0
-    if r.returncode:
-        print(r.stderr, file=sys.stderr)
+    out = json.loads(r.stdout) if r.stdout.strip() else {}
+    if r.returncode or not out.get("ok", True) or "time_s" not in out:
+        print(r.stderr or r.stdout, file=sys.stderr)
         return 1
-    out = json.loads(r.stdout)
     print(f"-a nccl allreduce dgx-h100:128 (1024 GPUs) 1 GiB: NCCL runs {out['nccl']['algorithm']}/"
           f"{out['nccl']['protocol']}, simulated {out['simulated']['schedule']} ({out['transfers']} transfers): "
           f"{out['time_s'] * 1e3:.3f} ms (NCCL's model {out['simulated']['model_time_s'] * 1e3:.3f} ms); "

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from algorithms import registry
+from algorithms.errors import CollschedError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 from sim.engine.protocols import (
     BASE_LATENCY_US,
@@ -59,6 +60,8 @@ TREE_CORRECTION = {
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 }
+NVLS_CHUNK = 128 * 1024
+"""NCCL's NVLS chunk size, 128 KiB (src/transport/nvls.cc, ``NCCL_NVLS_CHUNKSIZE`` default)."""
 RING_PLATEAU = 1.4
 """An inter-node Simple ring all-reduce's latency x1.4 once each rank's share per channel reaches 64 bytes, on
 compute capability >= 80 (src/graph/tuning.cc, ``ncclTopoGetAlgoTime``, "plateau effect of ring")."""
@@ -260,6 +263,10 @@ def _params(kind: Kind, name: str, topology: Topology, size: float) -> dict[str,
         # Pipelined algorithms move their data in pieces (NCCL: chunks of a step's buffer); a few suffice for
         # the pipeline to fill, and more only add transfers.
         out["chunks"] = max(1, min(8, int(size // (1 << 20)) or 1))
+    if "chunks" in known and name in ("nvls", "nvls_tree"):
+        # NVLS pipelines in chunks of 128 KiB (NCCL src/transport/nvls.cc, NCCL_NVLS_CHUNKSIZE): a stage per
+        # 128 KiB of each rank's piece, at most 64 (the stages' count past which the pipeline is full).
+        out["chunks"] = max(1, min(64, math.ceil(size / topology.ranks / NVLS_CHUNK)))
     return out
 
 
@@ -294,6 +301,13 @@ def protocol_model(choice: NcclChoice, kind: Kind, topology: Topology) -> Protoc
         ring = table.get(("ring", "Simple"))
         base = _simple_busbw(system, nodes)
         factor = choice.algbw_GBps * 2 / base if ring else factor
+    if choice.algorithm in ("nvls", "nvls_tree"):
+        # The NVSwitch's reduction carries NCCL's NVLS latency and rate itself (sim.topology.switches, its
+        # capabilities on the preset's node switches); the links keep Simple's per-hop latency and rate, and
+        # NVLS has no base latency (baseLat[NVLS] = 0).
+        m = ProtocolModel.nccl("Simple", "ring", nodes=nodes)
+        return ProtocolModel("Simple", choice.algorithm, BASE_LATENCY_US[choice.algorithm]["Simple"] * 1e-6,
+                             m.nvlink_latency, m.net_latency)
     algo = choice.algorithm if choice.algorithm in BASE_LATENCY_US else "ring"
     return ProtocolModel.nccl(choice.protocol, algo, nodes=nodes, nvlink_factor=min(factor, 1.0),
                               net_factor=min(factor, 1.0))
@@ -309,15 +323,26 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
     pick = choose(kind, topology, size, algo=algo, proto=proto)
     notes: list[str] = []
     simulated = pick
+    have = [a for a in CHOICES if schedule_name(kind, a) is not None]
     name = schedule_name(kind, pick.algorithm)
-    if name is None:
-        have = tuple(a for a in CHOICES if schedule_name(kind, a) is not None)
-        simulated = choose(kind, topology, size, proto=proto, available=have)
+    schedule: Schedule | None = None
+    why = "no schedule is registered for it"
+    while schedule is None:
+        if name is not None:
+            try:
+                schedule = build(kind, name, topology, size, root)
+                break
+            except CollschedError as e:  # too large to build here, or refused at this size
+                why = f"its schedule {name} cannot be built here ({e})"
+        if simulated.algorithm in have:
+            have.remove(simulated.algorithm)
+        if not have:
+            raise ValueError(f"no NCCL algorithm for {kind.value} can be built on {topology.name}")
+        simulated = choose(kind, topology, size, proto=proto, available=tuple(have))
+        notes.append(f"NCCL runs {pick.algorithm}/{pick.protocol} here; {why}, so {simulated.algorithm}/"
+                     f"{simulated.protocol} is simulated")
         name = schedule_name(kind, simulated.algorithm)
-        notes.append(f"NCCL runs {pick.algorithm}/{pick.protocol} here; no schedule is registered for it, so "
-                     f"{simulated.algorithm}/{simulated.protocol} is simulated")
-        assert name is not None
-    schedule = build(kind, name, topology, size, root)
+    assert name is not None
     model = protocol_model(simulated, kind, topology)
     opts = dict(engine)
     if opts.get("launch") is None:

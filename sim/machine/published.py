@@ -6,8 +6,9 @@ A table is a ``.tsv`` file (the format of ``../shared/published/README.md``): ``
 ``score`` simulates NCCL's pick for every row on the table's preset (``sim.machine.nccl.simulate_nccl``; a
 table whose ``nccl_algo`` forces an algorithm, e.g. ``Ring (NCCL_ALGO=Ring)``, forces it here too) and
 gives the relative errors, their median and 90th percentile, and the median ratio simulated / measured per
-regime (<= 64 KiB, between, >= 64 MiB). Rows where NCCL runs an in-switch reduction (NVLS, NVLSTree) that
-has no schedule here are kept apart (``nvls_rows``), as the issue asks until in-network reduction lands.
+regime (<= 64 KiB, between, >= 64 MiB). Rows where NCCL runs an in-switch reduction (NVLS, NVLSTree) are
+scored apart (``nvls_rows``), whether simulated with the in-switch schedules or, where those are not
+registered, with the best other pair.
 """
 
 from __future__ import annotations
@@ -128,5 +129,5 @@ def score(table: Table, **engine: Any) -> TableScore:
                          "nccl": f"{run.nccl.algorithm}/{run.nccl.protocol}",
                          "simulated": f"{run.simulated.algorithm}/{run.simulated.protocol}",
                          "schedule": run.schedule,
-                         "nvls": run.nccl.algorithm in ("nvls", "nvls_tree") and run.simulated != run.nccl})
+                         "nvls": run.nccl.algorithm in ("nvls", "nvls_tree")})
     return out
