@@ -325,30 +325,26 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
     simulated = pick
     have = [a for a in CHOICES if schedule_name(kind, a) is not None]
     name = schedule_name(kind, pick.algorithm)
-    schedule: Schedule | None = None
     why = "no schedule is registered for it"
-    while schedule is None:
+    while True:
         if name is not None:
+            model = protocol_model(simulated, kind, topology)
+            opts = dict(engine)
+            if opts.get("launch") is None:
+                opts["launch"] = model.launch
             try:
-                schedule = build(kind, name, topology, size, root)
-                break
-            except CollschedError as e:  # too large to build here, or refused at this size
-                why = f"its schedule {name} cannot be built here ({e})"
+                result = simulate(build(kind, name, topology, size, root), apply(topology, model), size, **opts)
+                return NcclRun(pick, simulated, name, model, result, notes)
+            except CollschedError as e:  # too large to build or to lower here, or refused at this size
+                why = f"its schedule {name} cannot be simulated here ({e})"
         if simulated.algorithm in have:
             have.remove(simulated.algorithm)
         if not have:
-            raise ValueError(f"no NCCL algorithm for {kind.value} can be built on {topology.name}")
+            raise ValueError(f"no NCCL algorithm for {kind.value} can be simulated on {topology.name}")
         simulated = choose(kind, topology, size, proto=proto, available=tuple(have))
         notes.append(f"NCCL runs {pick.algorithm}/{pick.protocol} here; {why}, so {simulated.algorithm}/"
                      f"{simulated.protocol} is simulated")
         name = schedule_name(kind, simulated.algorithm)
-    assert name is not None
-    model = protocol_model(simulated, kind, topology)
-    opts = dict(engine)
-    if opts.get("launch") is None:
-        opts["launch"] = model.launch
-    result = simulate(schedule, apply(topology, model), size, **opts)
-    return NcclRun(pick, simulated, name, model, result, notes)
 
 
 def build(kind: Kind, name: str, topology: Topology, size: float, root: int | None = None) -> Schedule:
