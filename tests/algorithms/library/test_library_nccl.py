@@ -9,7 +9,9 @@ import pytest
 
 from algorithms import registry
 from algorithms.errors import RegistryError
+from algorithms.ir import Schedule
 from algorithms.library.nccl import rail_rings, tree_parents
+from algorithms.library.pat import aggregation, offset_groups
 from sim.verify.verifier import verify
 
 
@@ -108,3 +110,46 @@ def test_tree_schedule_stays_on_the_heads_rail_and_pipelines_in_k_plus_2h_minus_
     assert rails == {0, 1}  # channel c's trees cross between nodes on rail c only
     assert all(t.src % 8 == t.dst % 8 for step in s.steps for t in step.transfers if t.src // 8 != t.dst // 8)
     assert verify(s).ok
+
+
+# --- PAT -------------------------------------------------------------------------------------------------
+
+
+def _network_steps(s: Schedule) -> list[set[tuple[int, int]]]:
+    return [{(t.src, t.dst) for t in step.transfers} for step in s.steps if any(t.src != t.dst for t in step.transfers)]
+
+
+def test_pat_reduces_each_block_along_a_binomial_tree_written_out_by_hand() -> None:
+    # p = 8, one block per step. Block 0's partial sums, from the offsets 8 - r with the lowest bit cleared:
+    # 1 -> 2 -> 4 -> 0, 3 -> 4, 5 -> 6 -> 0, 7 -> 0 (each hop a power of two ahead, as NCCL's peers are).
+    s = registry.build("reducescatter", "pat", 8)
+    edges = {(t.src, t.dst) for step in s.steps for t in step.transfers
+             if t.src != t.dst and t.src_index == 0}
+    assert edges == {(1, 2), (2, 4), (4, 0), (3, 4), (5, 6), (6, 0), (7, 0)}
+    # Offsets 7, 6, ..., 1 in turn: rank 0 sends to 1, 2, 1, 4, 1, 2, 1 (rank + lowbit(offset)).
+    assert [{d for (a, d) in st if a == 0} for st in _network_steps(s)] == [{1}, {2}, {1}, {4}, {1}, {2}, {1}]
+
+
+def test_pat_aggregation_joins_offsets_with_the_same_peer() -> None:
+    assert offset_groups(8, 1) == [[7], [6], [5], [4], [3], [2], [1]]
+    assert offset_groups(8, 2) == [[3, 7], [2, 6], [1, 5], [4]]  # D = 4, then the multiple of 4
+    assert offset_groups(8, 4) == [[1, 3, 5, 7], [2, 6], [4]]  # log2 8 steps, as recursive halving
+    assert offset_groups(6, 4) == [[1, 3, 5], [2], [4]]  # offsets >= 6 do not exist
+    s = registry.build("reducescatter", "pat", 6, aggregate=4)
+    assert [len(st) for st in _network_steps(s)] == [6, 6, 6]  # every rank sends each step (to one peer)
+    assert registry.get("allgather", "pat").refusal(8, {"aggregate": 8}) is not None  # more than P/2
+
+
+def test_pat_allgather_runs_the_reduce_scatter_backwards() -> None:
+    rs, ag = registry.build("reducescatter", "pat", 8), registry.build("allgather", "pat", 8)
+    assert _network_steps(ag) == [{(d, a) for a, d in st} for st in reversed(_network_steps(rs))]
+
+
+def test_nccls_aggregation_factor_by_hand() -> None:
+    # PatRSAlgorithm's constructor, 16 ranks, a 512 KiB step (Simple: 4 MiB buffer / NCCL_STEPS 8):
+    # 1 KiB per channel doubles agg while 512 KiB / (1 KiB · agg) >= 2, up to p/2 = 8.
+    assert aggregation(16, 1 << 10, 512 << 10) == 8
+    # 1 MiB per channel: no doubling from the size, three from the step depth 8 -> 4 -> 2 -> 1.
+    assert aggregation(16, 1 << 20, 512 << 10) == 8
+    assert aggregation(16, 1 << 20, 512 << 10, step_depth=2) == 2
+    assert aggregation(4, 1 << 20, 512 << 10, step_depth=1) == 1
