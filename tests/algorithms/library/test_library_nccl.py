@@ -153,3 +153,24 @@ def test_nccls_aggregation_factor_by_hand() -> None:
     assert aggregation(16, 1 << 20, 512 << 10) == 8
     assert aggregation(16, 1 << 20, 512 << 10, step_depth=2) == 2
     assert aggregation(4, 1 << 20, 512 << 10, step_depth=1) == 1
+
+
+@pytest.mark.parametrize("g", [2, 4, 8])
+def test_nccl_algorithms_verify_on_one_to_four_nodes(g: int) -> None:
+    # The symbolic verifier on every node count 1-4 at this node size, all G channels (one per NIC).
+    for nodes in range(1, 5):
+        p = g * nodes
+        for kind in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce"):
+            root = p - 1 if kind in ("broadcast", "reduce") else None
+            report = verify(registry.build(kind, "nccl_ring", p, root=root, group=g))
+            assert report.ok, f"{kind} nccl_ring p={p} G={g}: {report}"
+        assert verify(registry.build("allreduce", "nccl_tree", p, group=g, chunks=2)).ok, f"nccl_tree p={p}"
+
+
+def test_pat_verifies_for_p_2_to_16_at_every_aggregation() -> None:
+    for p in range(2, 17):
+        a = 1
+        while a == 1 or a <= (1 << (p - 1).bit_length()) // 2:
+            for kind in ("reducescatter", "allgather"):
+                assert verify(registry.build(kind, "pat", p, aggregate=a)).ok, f"{kind} pat p={p} aggregate={a}"
+            a *= 2
