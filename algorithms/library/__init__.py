@@ -14,6 +14,7 @@ from algorithms.library import (
     broadcast,
     gather,
     nccl,
+    pat,
     reduce,
     reducescatter,
     scatter,
@@ -21,5 +22,5 @@ from algorithms.library import (
     torus,
 )
 
-__all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "nccl", "reduce", "reducescatter",
-           "scatter", "swing", "torus"]
+__all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "nccl", "pat", "reduce",
+           "reducescatter", "scatter", "swing", "torus"]

@@ -23,7 +23,8 @@ TORUS_ALGORITHMS = {"swing_torus", "torus_bucket"}
 def instances(kind: str, name: str, max_ranks: int = 64) -> st.SearchStrategy[Schedule]:
     """A schedule of one algorithm at a drawn world size, root, chunk count and (if any) group size."""
     algo = registry.get(kind, name)  # an unknown name fails here, never skips
-    caps = {"group": 9} if any(prm.name == "group" for prm in algo.parameters) else None
+    names = {prm.name for prm in algo.parameters}
+    caps = {n: cap for n, cap in (("group", 9), ("channels", 4)) if n in names} or None
     return cst.schedules(kinds=[kind], names=[name], max_ranks=max_ranks, max_chunks=4, max_params=caps)
 
 

@@ -21,8 +21,8 @@ def test_every_family_is_registered() -> None:
     want = {
         "allreduce": {"ring", "recursive_doubling", "rabenseifner", "binomial", "double_binary_tree", "direct",
                       "hierarchical", "swing", "swing_torus", "torus_bucket", "nccl_ring", "nccl_tree"},
-        "allgather": {"ring", "recursive_doubling", "bruck", "direct", "nccl_ring"},
-        "reducescatter": {"ring", "recursive_halving", "direct", "nccl_ring"},
+        "allgather": {"ring", "recursive_doubling", "bruck", "direct", "nccl_ring", "pat"},
+        "reducescatter": {"ring", "recursive_halving", "direct", "nccl_ring", "pat"},
         "broadcast": {"binomial", "binary_tree", "chain", "scatter_allgather", "nccl_ring"},
         "reduce": {"binomial", "chain", "reducescatter_gather", "nccl_ring"},
         "scatter": {"binomial", "linear"},
