@@ -394,9 +394,49 @@ def validate(machine: Machine, p: int, sizes: Sequence[int], *, launches: int = 
     return rows
 
 
+def _validate_nccl_tests(args: argparse.Namespace) -> int:
+    """``collsched validate --nccl-tests LOG -t TOPO``: the log's measured times against ``-a nccl`` on TOPO."""
+    from sim.machine.published import from_nccl_tests, score
+    from sim.topology import from_spec
+
+    if not args.topology:
+        raise CalibrationError("--nccl-tests needs --topology TOPO (a GPU preset such as dgx-h100:2)")
+    try:
+        topo = from_spec(args.topology)
+    except CollschedError as e:
+        raise CalibrationError(f"--topology: {e}") from None
+    out: list[dict[str, Any]] = []
+    for path in args.nccl_tests:
+        try:
+            table = from_nccl_tests(path)
+            s = score(table, topo, algo=args.algo)
+        except (CollschedError, ValueError, OSError) as e:
+            raise CalibrationError(str(e)) from None
+        out.append({"log": str(path), "collective": table.collective, "rows": s.rows, "summary": s.stats(s.rows)})
+    if args.json:
+        print(json.dumps({"ok": True, "topology": topo.name, "logs": out}))
+        return 0
+    for o in out:
+        print(f"# collsched validate: {o['log']} ({o['collective']}) measured vs -a nccl on {topo.name}")
+        print(f"#{'size (B)':>13} {'measured us':>12} {'predicted us':>13} {'error':>8}  NCCL runs")
+        for r in o["rows"]:
+            print(f" {r['size']:>13} {r['measured_s'] * 1e6:>12.1f} {r['simulated_s'] * 1e6:>13.1f} "
+                  f"{r['error']:>+8.1%}  {r['nccl']}" + (f" (simulated {r['simulated']})"
+                                                        if r["simulated"] != r["nccl"] else ""))
+        sm = o["summary"]
+        med = "-" if sm["median"] is None else f"{sm['median']:.1%}"
+        p90 = "-" if sm["p90"] is None else f"{sm['p90']:.1%}"
+        print(f"# {sm['points']} points: median |error| {med}, 90th percentile {p90}")
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from sim.machine.predict import load_machine, plot_validation, validation_stats, validation_table
 
+    if args.nccl_tests:
+        return _validate_nccl_tests(args)
+    if args.machine is None or args.nproc is None:
+        raise CalibrationError("validate needs --machine and --nproc (or --nccl-tests LOG --topology TOPO)")
     if args.launches < 1 or args.iters < 1 or args.warmup < 0:
         raise CalibrationError("--launches and --iters must be >= 1, --warmup >= 0")
     kinds = [k.strip() for k in args.collectives.split(",") if k.strip()]
@@ -482,8 +522,14 @@ def add_parser(subparsers: Any) -> None:
 
     p = subparsers.add_parser("validate", help="measure every algorithm on local processes and compare with the "
                                                "machine model's predictions")
-    p.add_argument("--machine", "-m", required=True, help="machine file (collsched calibrate)")
-    p.add_argument("--nproc", "-N", type=int, required=True, help="number of local processes (ranks), >= 2")
+    p.add_argument("--machine", "-m", help="machine file (collsched calibrate)")
+    p.add_argument("--nproc", "-N", type=int, help="number of local processes (ranks), >= 2")
+    p.add_argument("--nccl-tests", action="append", default=[], metavar="LOG",
+                   help="instead of measuring: an nccl-tests log as printed (or a published .tsv table), its "
+                        "measured times against -a nccl on --topology (repeatable)")
+    p.add_argument("--topology", "-t", metavar="SPEC", help="with --nccl-tests: the GPU preset the log ran on")
+    p.add_argument("--algo", choices=("ring", "tree", "pat", "nvls", "nvls_tree"), default=None,
+                   help="with --nccl-tests: the algorithm NCCL_ALGO forced in the log")
     p.add_argument("--sizes", "-s", default="4KiB:64MiB:4", help="MIN:MAX[:FACTOR] or A,B,C (default 4KiB:64MiB:4)")
     p.add_argument("--collectives", default=",".join(VALIDATE_KINDS),
                    help=f"comma-separated kinds (default {','.join(VALIDATE_KINDS)})")

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["REGIMES", "Table", "TableScore", "load_table", "score", "tables_in"]
+__all__ = ["REGIMES", "Table", "TableScore", "from_nccl_tests", "load_table", "score", "tables_in"]
 
 REGIMES = (("<=64KiB", 0, 64 << 10), ("between", (64 << 10) + 1, (64 << 20) - 1), (">=64MiB", 64 << 20, math.inf))
 
@@ -115,15 +115,37 @@ class TableScore:
         return out
 
 
-def score(table: Table, **engine: Any) -> TableScore:
-    """Simulate ``-a nccl`` for every row of ``table`` (module docstring)."""
+def from_nccl_tests(path: str | Path) -> Table:
+    """A table from an nccl-tests log as printed (or a published ``.tsv``), through the nccl-tests parser
+    (``sim.machine.nccl_tests``): its out-of-place times; ``ValueError`` naming the file and line when it
+    cannot be read."""
+    import importlib
+
+    try:
+        mod = importlib.import_module("sim.machine.nccl_tests")
+    except ImportError:
+        if str(path).endswith(".tsv"):
+            return load_table(path)
+        raise ValueError(f"{path}: reading nccl-tests logs needs sim.machine.nccl_tests, which is not "
+                         "installed here") from None
+    t = mod.load(path)
+    rows = [(int(r.size), float(r.oop.time_us) * 1e-6) for r in t.rows if r.oop.time_us]
+    header = {str(k): str(v) for k, v in dict(t.params).items()}
+    header["collective"] = str(t.collective)
+    return Table(Path(path), header, rows)
+
+
+def score(table: Table, topology: Any = None, *, algo: str | None = None, **engine: Any) -> TableScore:
+    """Simulate ``-a nccl`` for every row of ``table`` (module docstring) on ``topology`` (default: the table's
+    preset); ``algo`` forces NCCL's algorithm (default: what the table forced, if anything)."""
     from sim.machine.nccl import simulate_nccl
     from sim.topology.forms import from_spec
 
-    topo = from_spec(table.preset)
+    topo = topology if topology is not None else from_spec(table.preset)
+    algo = algo or table.forced_algo
     out = TableScore(table)
     for size, measured in table.rows:
-        run = simulate_nccl(table.collective, topo, size, algo=table.forced_algo, **engine)
+        run = simulate_nccl(table.collective, topo, size, algo=algo, **engine)
         t = run.time
         out.rows.append({"size": size, "measured_s": measured, "simulated_s": t, "error": (t - measured) / measured,
                          "nccl": f"{run.nccl.algorithm}/{run.nccl.protocol}",

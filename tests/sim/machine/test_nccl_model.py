@@ -161,3 +161,33 @@ def test_sweep_shows_nccl_and_the_ratio_to_it(capsys: pytest.CaptureFixture[str]
     # both are NCCL's LL ring: 15.0 us (6.6 + 14 x 0.6), so the ring is 1.00x NCCL
     assert rows["nccl"]["time_s"] == pytest.approx(15.0e-6, rel=1e-3)
     assert rows["ring"]["vs_nccl"] == pytest.approx(1.0, rel=1e-6)
+
+
+LOG = """# nThread 1 nGpus 1 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+           8             2     float     sum      -1    16.50    0.00    0.00      0    16.40    0.00    0.00      0
+          16             4     float     sum      -1    12.00    0.00    0.00      0    12.10    0.00    0.00      0
+# Avg bus bandwidth    : 0.00
+"""
+
+
+def test_validate_an_nccl_tests_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runners.cli import main as torch_main
+
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text(LOG)
+    assert torch_main(["validate", "--nccl-tests", str(log), "-t", "dgx-h100:1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["logs"][0]
+    # -a nccl at 8 and 16 B on one DGX H100: Ring/LL, 15.0 us (6.6 + 14 x 0.6) by hand, so the errors are
+    # 15.0/16.5 - 1 and 15.0/12.0 - 1, the median their mean
+    errs = [r["error"] for r in out["rows"]]
+    assert errs == pytest.approx([15.0 / 16.5 - 1, 15.0 / 12.0 - 1], rel=1e-3)
+    assert out["summary"]["median"] == pytest.approx((1 - 15.0 / 16.5 + 15.0 / 12.0 - 1) / 2, rel=1e-3)
+    bad = tmp_path / "bad.log"
+    bad.write_text(LOG.replace("16.50", "16.5x"))
+    assert torch_main(["validate", "--nccl-tests", str(bad), "-t", "dgx-h100:1"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.log:6: field time" in err and "Traceback" not in err
