@@ -26,7 +26,8 @@ from algorithms.ir import Schedule
 
 __all__ = ["RUNTIMES", "add_runtime_args", "nccl_params", "run_schedule", "runtime_of"]
 
-from sim.machine.runtime import RUNTIMES
+RUNTIMES = ("nccl", "msccl", "collsched", "plain")
+"""``sim.machine.runtime.RUNTIMES``, spelled here so that building the parser imports no networkx."""
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:

@@ -191,3 +191,10 @@ def test_validate_an_nccl_tests_log(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert torch_main(["validate", "--nccl-tests", str(bad), "-t", "dgx-h100:1"]) == 2
     err = capsys.readouterr().err
     assert "bad.log:6: field time" in err and "Traceback" not in err
+
+
+def test_the_parsers_runtimes_are_the_models() -> None:
+    from sim.cli.runtime import RUNTIMES as PARSER
+    from sim.machine.runtime import RUNTIMES
+
+    assert PARSER == RUNTIMES
