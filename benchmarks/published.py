@@ -3,7 +3,7 @@
     python benchmarks/published.py [DIR ...] [--rows]
     python benchmarks/published.py --scale      # -a nccl all-reduce on dgx-h100:128 (1,024 GPUs) at 1 GiB
 
-Reads every ``.tsv`` table in ``../shared/published/`` (next to the repository) and in each DIR given
+Reads every ``.tsv`` table of the shared published tables (beside the repository) and in each DIR given
 (the format of that folder's README.md), simulates what NCCL runs for every size on the table's preset
 (``sim.machine.published.score``; a table that forced ``NCCL_ALGO`` forces it here too; no fitting), and
 prints per table the median and 90th-percentile |simulated - measured| / measured and the median ratio

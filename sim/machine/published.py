@@ -1,7 +1,8 @@
 """Published nccl-tests tables against ``-a nccl``: reading the tables, scoring the simulator on them.
 
-A table is a ``.tsv`` file (the format of ``../shared/published/README.md``): ``# key: value`` header lines
-(``preset``, ``collective``, ``nccl_algo``, ``source``, ...), a tab-separated header row
+A table is a ``.tsv`` file (the format of the shared published tables' README, beside the repository):
+``# key: value`` header lines (``preset``, ``collective``, ``nccl_algo``, ``source``, ...), a tab-separated
+header row
 ``size_bytes time_us algbw_GBps busbw_GBps`` and one row per size, sizes in the nccl-tests convention.
 ``score`` simulates NCCL's pick for every row on the table's preset (``sim.machine.nccl.simulate_nccl``; a
 table whose ``nccl_algo`` forces an algorithm, e.g. ``Ring (NCCL_ALGO=Ring)``, forces it here too) and
