@@ -63,7 +63,7 @@ from sim.cli.common import ParseError, Parser
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 
-COMMANDS: tuple[str, ...] = ("listing", "verify", "export", "simulate", "sweep", "bound", "synthesize")
+COMMANDS: tuple[str, ...] = ("listing", "verify", "export", "simulate", "sweep", "bound", "synthesize", "fit")
 """The torch-free command modules, in the order ``--help`` lists them; each has ``add_parser(subparsers)``."""
 
 

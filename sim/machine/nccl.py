@@ -19,7 +19,7 @@ An algorithm NCCL picks that is not registered (NVLS before in-switch reduction 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from algorithms import registry
@@ -80,13 +80,27 @@ def model_channels(system: GpuSystem) -> int:
     return min(32, CHANNELS_PER_NIC * min(system.gpus_per_node, 16))
 
 
-def _simple_busbw(system: GpuSystem, nodes: int) -> float:
+def latency_scale(topology: Topology | None) -> float:
+    """The factor on every NCCL latency a fitted machine carries (``collsched fit``; 1 for the presets)."""
+    s = topology.graph.graph.get("nccl_latency_scale", 1.0) if topology is not None else 1.0
+    return float(s)
+
+
+def _link_bw(topology: Topology | None, u: object, v: object) -> float | None:
+    if topology is None or not topology.graph.has_edge(u, v):
+        return None
+    return float(topology.graph.edges[u, v]["bandwidth"])
+
+
+def _simple_busbw(system: GpuSystem, nodes: int, topology: Topology | None = None) -> float:
     """GB/s: NCCL's nChannels x bw of the ring graph, the preset's own figures: NVLink's effective rate per
     GPU inside a node; across nodes also each node's NICs' together (each rail-matched channel crosses one
     NIC, so a rank's channels add up to every NIC of its node)."""
-    bw = system.nvlink_bandwidth / 1e9
+    nvl = _link_bw(topology, 0, "node0") or system.nvlink_bandwidth
+    bw = nvl / 1e9
     if nodes > 1:
-        bw = min(bw, system.nic_bandwidth * system.nics_per_node / 1e9)
+        nic = _link_bw(topology, 0, "rail0") or system.nic_bandwidth
+        bw = min(bw, nic * system.nics_per_node / 1e9)
     return bw
 
 
@@ -102,15 +116,18 @@ class NcclChoice:
     channels: int
 
 
-def tuning(kind: Kind | str, system: GpuSystem, nodes: int, ranks: int) -> dict[tuple[str, str], tuple[float, float]]:
+def tuning(kind: Kind | str, system: GpuSystem, nodes: int, ranks: int,
+           topology: Topology | None = None) -> dict[tuple[str, str], tuple[float, float]]:
     """NCCL's model per (algorithm, protocol) for ``kind``: (latency us, algorithm GB/s before the size's
-    corrections); only the pairs NCCL would consider on this machine."""
+    corrections); only the pairs NCCL would consider on this machine. ``topology``: take the link rates and
+    the latency scale from it (a fitted machine), else the preset's."""
     kind = Kind(kind)
     cc = _cc_row(system.compute_capability)
     col = min(nodes, 3) - 1
     ppn = ranks / nodes
     nch = model_channels(system)
-    busbw_simple = _simple_busbw(system, nodes)
+    busbw_simple = _simple_busbw(system, nodes, topology)
+    scale = latency_scale(topology)
     per_ch = busbw_simple / nch
     if kind is Kind.ALLREDUCE:
         nsteps = 2 * (ranks - 1)
@@ -175,7 +192,7 @@ def tuning(kind: Kind | str, system: GpuSystem, nodes: int, ranks: int) -> dict[
                 lat += intra_lat + 2 * int(math.log2(nodes)) * inter_lat
             elif a == "pat":
                 lat += int(math.log2(nodes)) * (inter_lat / 3.5) + ranks * 2.8
-            out[(a, p)] = (lat, busbw)
+            out[(a, p)] = (lat * scale, busbw)
     return out
 
 
@@ -205,7 +222,7 @@ def choose(kind: Kind | str, topology: Topology, size: float, *, algo: str | Non
         proto = parse_protocol(proto)
     if algo is not None and algo not in CHOICES:
         raise ValueError(f"algo={algo!r}: expected one of {', '.join(CHOICES)}")
-    table = tuning(kind, system, nodes, ranks)
+    table = tuning(kind, system, nodes, ranks, topology)
     cc, nch = _cc_row(system.compute_capability), model_channels(system)
     best: NcclChoice | None = None
     for (a, p), (lat, bw) in table.items():
@@ -293,24 +310,29 @@ def protocol_model(choice: NcclChoice, kind: Kind, topology: Topology) -> Protoc
     gpn = node_size(topology)
     assert system is not None and gpn is not None
     nodes = topology.ranks // gpn
-    table = tuning(kind, system, nodes, topology.ranks)
+    table = tuning(kind, system, nodes, topology.ranks, topology)
     simple = table.get((choice.algorithm, "Simple"))
     factor = choice.algbw_GBps / simple[1] if simple and simple[1] > 0 else 1.0
     if choice.algorithm == "tree":
         # The tree's own Simple rate against the links' (which carry the ring's Simple rate).
         ring = table.get(("ring", "Simple"))
-        base = _simple_busbw(system, nodes)
+        base = _simple_busbw(system, nodes, topology)
         factor = choice.algbw_GBps * 2 / base if ring else factor
     if choice.algorithm in ("nvls", "nvls_tree"):
         # The NVSwitch's reduction carries NCCL's NVLS latency and rate itself (sim.topology.switches, its
         # capabilities on the preset's node switches); the links keep Simple's per-hop latency and rate, and
         # NVLS has no base latency (baseLat[NVLS] = 0).
         m = ProtocolModel.nccl("Simple", "ring", nodes=nodes)
-        return ProtocolModel("Simple", choice.algorithm, BASE_LATENCY_US[choice.algorithm]["Simple"] * 1e-6,
-                             m.nvlink_latency, m.net_latency)
-    algo = choice.algorithm if choice.algorithm in BASE_LATENCY_US else "ring"
-    return ProtocolModel.nccl(choice.protocol, algo, nodes=nodes, nvlink_factor=min(factor, 1.0),
-                              net_factor=min(factor, 1.0))
+        m = ProtocolModel("Simple", choice.algorithm, BASE_LATENCY_US[choice.algorithm]["Simple"] * 1e-6,
+                          m.nvlink_latency, m.net_latency)
+    else:
+        algo = choice.algorithm if choice.algorithm in BASE_LATENCY_US else "ring"
+        m = ProtocolModel.nccl(choice.protocol, algo, nodes=nodes, nvlink_factor=min(factor, 1.0),
+                               net_factor=min(factor, 1.0))
+    s = latency_scale(topology)
+    if s != 1.0:
+        m = replace(m, launch=m.launch * s, nvlink_latency=m.nvlink_latency * s, net_latency=m.net_latency * s)
+    return m
 
 
 def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: str | None = None,

@@ -34,7 +34,27 @@ def to_dict(topology: Topology) -> dict[str, Any]:
         "links": [{"src": u, "dst": v, "bandwidth": a["bandwidth"], "latency": a["latency"]}
                   for u, v, a in g.edges(data=True)],
         "routes": [{"src": s, "dst": d, "path": list(path)} for (s, d), path in sorted(topology.routes.items())],
+        **({"nodes": {k: g.graph[k] for k in NODE_KEYS if k in g.graph}} if "gpus_per_node" in g.graph else {}),
     }
+
+
+NODE_KEYS = ("gpus_per_node", "system", "nccl_latency_scale")
+"""What a GPU preset's graph says of its nodes (``sim.topology.gpus``), kept in a file's ``nodes`` object."""
+
+
+def _nodes(doc: object) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise TopologyError("topology.nodes: must be an object")
+    _only(doc, NODE_KEYS, "topology.nodes")
+    g = doc.get("gpus_per_node")
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+        raise TopologyError(f"topology.nodes.gpus_per_node: must be an integer >= 1, got {g!r}")
+    if "system" in doc and not isinstance(doc["system"], str):
+        raise TopologyError(f"topology.nodes.system: must be a preset name, got {doc['system']!r}")
+    s = doc.get("nccl_latency_scale", 1.0)
+    if isinstance(s, bool) or not isinstance(s, int | float) or not 0 < s < 1e6:
+        raise TopologyError(f"topology.nodes.nccl_latency_scale: must be a positive number, got {s!r}")
+    return dict(doc)
 
 
 def dumps(topology: Topology) -> str:
@@ -69,7 +89,7 @@ def from_dict(doc: object) -> Topology:
     """Build a topology from a ``collsched.topology/1`` document, strictly checked."""
     if not isinstance(doc, dict):
         raise TopologyError("topology: the document must be a JSON object")
-    _only(doc, ("format", "name", "ranks", "switches", "links", "routes", "engine", "model"), "topology")
+    _only(doc, ("format", "name", "ranks", "switches", "links", "routes", "engine", "model", "nodes"), "topology")
     if doc.get("format") != FORMAT:
         raise TopologyError(f"topology.format: expected {FORMAT!r}, got {doc.get('format')!r}")
     # A machine file's engine parameters and calibration record: sim.machine.model checks and uses them.
@@ -81,7 +101,7 @@ def from_dict(doc: object) -> Topology:
     p = _field(doc, "ranks", int, "topology")
     if p < 1:
         raise TopologyError(f"topology.ranks: must be >= 1, got {p}")
-    g = nx.DiGraph()
+    g = nx.DiGraph(**(_nodes(doc["nodes"]) if "nodes" in doc else {}))
     g.add_nodes_from(range(p))
     for i, s in enumerate(_field(doc, "switches", list, "topology")):
         if not isinstance(s, str) or not s:
