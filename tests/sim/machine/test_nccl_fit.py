@@ -58,3 +58,19 @@ def test_fit_refuses_what_it_cannot_fit(tmp_path: Path, capsys: pytest.CaptureFi
     assert cli_main(["fit", "--nccl-tests", str(bad), "-t", "dgx-h100:1", "-o", str(tmp_path / "m.json")]) == 2
     err = capsys.readouterr().err
     assert "bad.log:6" in err and "Traceback" not in err
+
+
+def test_a_topology_file_keeps_the_nodes() -> None:
+    from sim.topology import TopologyError, from_spec
+    from sim.topology.files import from_dict, to_dict
+    from sim.topology.gpus import node_size
+
+    doc = to_dict(from_spec("dgx-h100:2"))
+    assert doc["nodes"] == {"gpus_per_node": 8, "system": "dgx-h100"}
+    assert node_size(from_dict(doc)) == 8
+    doc["nodes"] = {"gpus_per_node": 0}
+    with pytest.raises(TopologyError, match="nodes.gpus_per_node"):
+        from_dict(doc)
+    doc["nodes"] = {"gpus_per_node": 8, "rails": 8}
+    with pytest.raises(TopologyError, match="unknown field 'rails'"):
+        from_dict(doc)
