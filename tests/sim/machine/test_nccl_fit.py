@@ -69,7 +69,7 @@ def test_a_topology_file_keeps_the_nodes() -> None:
     assert doc["nodes"] == {"gpus_per_node": 8, "system": "dgx-h100"}
     assert node_size(from_dict(doc)) == 8
     doc["nodes"] = {"gpus_per_node": 0}
-    with pytest.raises(TopologyError, match="nodes.gpus_per_node"):
+    with pytest.raises(TopologyError, match=r"nodes\.gpus_per_node"):
         from_dict(doc)
     doc["nodes"] = {"gpus_per_node": 8, "rails": 8}
     with pytest.raises(TopologyError, match="unknown field 'rails'"):
