@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.builder import ScheduleBuilder
-from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule
 from algorithms.library.allreduce import _dbt_parents, _tree_shape
 from algorithms.library.fold import log2ceil
 from algorithms.registry import CHUNKS, Cost, Parameter, register
@@ -139,16 +139,28 @@ def allreduce_ring(ranks: int, *, chunks: int = 1, group: int = 1, channels: int
     p, k = ranks, chunks
     rings = _rings(p, {"group": group, "channels": channels})
     kk = len(rings)
-    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, kk * p * k), "nccl_ring")
     c, q, i = (a.ravel() for a in np.meshgrid(np.arange(kk), np.arange(p), np.arange(k), indexing="ij"))
     src, dst = rings[c, q], rings[c, (q + 1) % p]
-    for s in range(p - 1):  # position q passes its partial sum of piece q-s on to q+1
-        with b.step():
-            b.add_many(src, dst, ((c * p + (q - s) % p) * k + i), op=Op.REDUCE)
-    for s in range(p - 1):  # then the finished piece q+1-s travels on
-        with b.step():
-            b.add_many(src, dst, ((c * p + (q + 1 - s) % p) * k + i))
-    return b.build()
+    # All 2(p-1) steps as whole columns at once (a 1,024-GPU all-reduce holds tens of millions of transfers):
+    # in reduce-scatter step s position q passes its partial sum of piece q-s on to q+1, then in all-gather
+    # step s the finished piece q+1-s travels on.
+    # int32 throughout: every index of a valid schedule fits (MAX_SLOTS), and the columns are int32.
+    q32, base = q.astype(np.int32), (c * p * k + i).astype(np.int32)
+    s = np.arange(p - 1, dtype=np.int32)[:, None]
+    piece = np.concatenate([(q32[None, :] - s) % p, (q32[None, :] + 1 - s) % p])
+    index = (piece * k + base[None, :]).ravel()
+    steps, width = piece.shape[0], len(c)
+    n = steps * width
+
+    def tiled(a: np.ndarray) -> np.ndarray:
+        return np.tile(a.astype(np.int32), steps)
+
+    columns = {"src": tiled(src), "dst": tiled(dst), "src_buf": np.zeros(n, np.uint8),
+               "src_index": index, "dst_buf": np.zeros(n, np.uint8),
+               "dst_index": index, "count": np.ones(n, np.int32),
+               "op": np.repeat(np.array([1, 0], np.uint8), (steps // 2) * width),
+               "step_offsets": np.arange(steps + 1, dtype=np.int64) * width}
+    return Schedule.from_columns(Collective(Kind.ALLREDUCE, p, kk * p * k), "nccl_ring", columns)
 
 
 @register(
@@ -344,24 +356,32 @@ def allreduce_tree(ranks: int, *, chunks: int = 1, group: int = 1, channels: int
     """
     p, k = ranks, chunks
     trees = tree_parents(p, group, channels or group)
-    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, len(trees) * k), "nccl_tree")
+    coll = Collective(Kind.ALLREDUCE, p, len(trees) * k)
     if p == 1:
-        return b.build()
-    plan: dict[int, list[Transfer]] = {}
+        return ScheduleBuilder(coll, "nccl_tree").build()
+    # Every tree edge once per chunk, as arrays (step, src, dst, chunk, op), then stably sorted by step.
+    parts: list[tuple[np.ndarray, ...]] = []
+    i = np.arange(k)
     for t, parent in enumerate(trees):
-        children, height, depth = _tree_shape(parent)
+        _, height, depth = _tree_shape(parent)
         top = max(height)
-        for v in range(p):
-            for i in range(k):
-                chunk = t * k + i
-                if parent[v] >= 0:
-                    plan.setdefault(i + height[v], []).append(
-                        Transfer(v, parent[v], Buf.INPUT, chunk, Buf.INPUT, chunk, 1, Op.REDUCE))
-                for w in children[v]:
-                    plan.setdefault(i + top + depth[v], []).append(
-                        Transfer(v, w, Buf.INPUT, chunk, Buf.INPUT, chunk, 1, Op.COPY))
-    for s in sorted(plan):
-        with b.step():
-            for tr in plan[s]:
-                b.add(tr)
-    return b.build()
+        up = np.array(parent)
+        v = np.flatnonzero(up >= 0)  # each non-root v: chunk i goes up at step i + height(v) ...
+        h, d = np.array(height)[v], np.array(depth)[up[v]]
+        ones = np.ones_like(i)
+        parts.append((np.add.outer(h, i).ravel(), np.repeat(v, k), np.repeat(up[v], k), np.tile(t * k + i, len(v)),
+                      np.tile(ones, len(v))))
+        # ... and comes back down from its parent at step i + top + depth(parent).
+        parts.append((np.add.outer(d + top, i).ravel(), np.repeat(up[v], k), np.repeat(v, k),
+                      np.tile(t * k + i, len(v)), np.tile(0 * ones, len(v))))
+    step, src, dst, chunk, op = (np.concatenate(col) for col in zip(*parts, strict=True))
+    order = np.argsort(step, kind="stable")
+    step = step[order]
+    n = len(step)
+    offsets = np.searchsorted(step, np.arange(int(step[-1]) + 2))  # steps 0..last are all non-empty
+    chunk32 = chunk[order].astype(np.int32)
+    columns = {"src": src[order].astype(np.int32), "dst": dst[order].astype(np.int32),
+               "src_buf": np.zeros(n, np.uint8), "src_index": chunk32, "dst_buf": np.zeros(n, np.uint8),
+               "dst_index": chunk32, "count": np.ones(n, np.int32), "op": op[order].astype(np.uint8),
+               "step_offsets": offsets.astype(np.int64)}
+    return Schedule.from_columns(coll, "nccl_tree", columns)

@@ -36,6 +36,8 @@ __all__ = ["AGGREGATE", "aggregation", "offset_groups"]
 SOURCE = "NCCL PAT (src/include/collectives.h PatRSAlgorithm / PatAGAlgorithm, NCCL 2.23+)"
 AGGREGATE = Parameter("aggregate", 1, "offsets joined per message (NCCL's aggFactor): a power of two, "
                       "at most 2^⌈log2 p⌉/2; 1: one block per step, larger: fewer, bigger steps")
+CHANNELS = Parameter("channels", 1, "channels, each running the same steps on its slice of every block "
+                     "(NCCL splits the buffer across its channels)")
 CONSTRAINTS = ("one rank per node (NCCL runs PAT at one GPU per node)",
                "aggregate: a power of two <= 2^⌈log2 p⌉ / 2 (or 1)")
 
@@ -102,12 +104,14 @@ def _arrays(p: int, group: list[int], k: int) -> tuple[np.ndarray, np.ndarray, n
     return r, s, i
 
 
-@register(Kind.REDUCESCATTER, "pat", source=SOURCE, parameters=(CHUNKS, AGGREGATE), check=_check,
+@register(Kind.REDUCESCATTER, "pat", source=SOURCE, parameters=(CHUNKS, AGGREGATE, CHANNELS), check=_check,
           constraints=CONSTRAINTS,
           cost=_cost(True))
-def reducescatter_pat(ranks: int, *, chunks: int = 1, aggregate: int = 1) -> Schedule:
-    """PAT reduce-scatter: rank r adds its partial of block r+s into rank r+lowbit(s), offsets high to low."""
-    p, k = ranks, chunks
+def reducescatter_pat(ranks: int, *, chunks: int = 1, aggregate: int = 1, channels: int = 1) -> Schedule:
+    """PAT reduce-scatter: rank r adds its partial of block r+s into rank r+lowbit(s), offsets high to low.
+
+    Each block is ``channels`` x ``chunks`` chunks, all moved in the same steps."""
+    p, k = ranks, chunks * channels
     b = ScheduleBuilder(Collective(Kind.REDUCESCATTER, p, k), "pat")
     own = np.arange(p)
     with b.step():  # the own block into the output first: partial sums arrive there
@@ -128,12 +132,12 @@ def reducescatter_pat(ranks: int, *, chunks: int = 1, aggregate: int = 1) -> Sch
     return b.build()
 
 
-@register(Kind.ALLGATHER, "pat", source=SOURCE, parameters=(CHUNKS, AGGREGATE), check=_check,
+@register(Kind.ALLGATHER, "pat", source=SOURCE, parameters=(CHUNKS, AGGREGATE, CHANNELS), check=_check,
           constraints=CONSTRAINTS,
           cost=_cost(False))
-def allgather_pat(ranks: int, *, chunks: int = 1, aggregate: int = 1) -> Schedule:
+def allgather_pat(ranks: int, *, chunks: int = 1, aggregate: int = 1, channels: int = 1) -> Schedule:
     """PAT all-gather, the reduce-scatter backwards: rank q passes block q-lowbit(s)+s on to q-lowbit(s)."""
-    p, k = ranks, chunks
+    p, k = ranks, chunks * channels
     b = ScheduleBuilder(Collective(Kind.ALLGATHER, p, k), "pat")
     own = np.arange(p)
     with b.step():

@@ -27,12 +27,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 from algorithms.errors import CollschedError
 
-__all__ = ["COLLECTIVES", "NcclTestsError", "NcclTestsRow", "NcclTestsTable", "Timing", "load", "parse", "read",
-           "read_published"]
+__all__ = ["COLLECTIVES", "NcclTestsError", "NcclTestsRow", "NcclTestsTable", "Timing", "load", "parse", "parse_all",
+           "read", "read_all", "read_published"]
 
 COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
                "alltoall": "alltoall", "sendrecv": "sendrecv", "broadcast": "broadcast", "reduce": "reduce",
@@ -43,6 +44,7 @@ COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_sca
 _NAMES = set(COLLECTIVES.values())
 _TAG = re.compile(r"^\s*\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:")
 _RANK = re.compile(r"Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)$")
+_START = re.compile(r"^\s*(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:)?\s*#?\s*Collective test starting:", re.M)
 _PERF = re.compile(r"\b(" + "|".join(COLLECTIVES) + r")_perf\b")
 _FIELDS = {"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "error"}
 _MODERN = ("size", "count", "type", "redop", "root")
@@ -188,12 +190,14 @@ def _starts_like_a_row(tokens: list[str]) -> bool:
     return bool(tokens) and tokens[0].isdigit()
 
 
-def parse(text: str, *, source: str = "<text>", collective: str | None = None) -> NcclTestsTable:
+def parse(text: str, *, source: str = "<text>", collective: str | None = None, first_line: int = 1) -> NcclTestsTable:
     """The table in nccl-tests output ``text``; ``collective`` names it when the text does not.
 
     The collective comes from ``collective`` (nccl-tests' stem such as ``all_reduce`` or our name such as
     ``allreduce``), else from a ``Collective test starting`` line, else from the first ``*_perf`` named
-    anywhere in the text (a command line), else from ``source``'s file name.
+    anywhere in the text (a command line), else from ``source``'s file name. A text that holds more than
+    one run (a second ``Collective test starting`` line after rows) is an error: ``parse_all`` reads them.
+    ``first_line`` is the number of the text's first line in its file (for the messages).
     """
     columns: list[str] | None = None
     in_place_first = False
@@ -203,7 +207,7 @@ def parse(text: str, *, source: str = "<text>", collective: str | None = None) -
     named: str | None = None
     version: str | None = None
     avg: float | None = None
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in enumerate(text.splitlines(), first_line):
         line = _TAG.sub("", raw, count=1).rstrip()
         body = line.lstrip()
         hashed = body.startswith("#")
@@ -230,6 +234,8 @@ def parse(text: str, *, source: str = "<text>", collective: str | None = None) -
         elif content.startswith("nThread"):
             params.update(re.findall(r"([A-Za-z][\w ]*?):? (\S+)(?: |$)", content))
         elif (m := re.match(r"Collective test starting:\s*(\w+)", content)) is not None:
+            if rows:
+                raise _err(source, number, "a second test run starts here; read the file with parse_all/read_all")
             named = m.group(1)
         elif (m := re.match(r"Avg bus bandwidth\s*:\s*(\S+)", content)) is not None:
             avg = _number(m.group(1), source, number, "Avg bus bandwidth")
@@ -242,6 +248,17 @@ def parse(text: str, *, source: str = "<text>", collective: str | None = None) -
     return NcclTestsTable(collective=kind, rows=tuple(rows), source=source, ranks=len(ranks) or None,
                           nodes=len(hosts) or None, devices=tuple(d for _, d in (ranks[r] for r in sorted(ranks))),
                           avg_busbw=avg, nccl_version=version, params=params)
+
+
+def parse_all(text: str, *, source: str = "<text>") -> list[NcclTestsTable]:
+    """Every run in ``text``, one table each: a log of several ``*_perf`` runs splits at each
+    ``Collective test starting`` line (the lines before the first belong to the first run)."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if _START.match(line)]
+    if len(starts) <= 1:
+        return [parse(text, source=source)]
+    bounds = [0, *starts[1:], len(lines)]
+    return [parse("\n".join(lines[a:b]), source=source, first_line=a + 1) for a, b in pairwise(bounds)]
 
 
 def _collective(given: str | None, named: str | None, text: str, source: str) -> str:
@@ -274,6 +291,11 @@ def _text(path: str | Path) -> str:
 def read(path: str | Path, *, collective: str | None = None) -> NcclTestsTable:
     """The table in the nccl-tests log at ``path`` (``parse``)."""
     return parse(_text(path), source=str(path), collective=collective)
+
+
+def read_all(path: str | Path) -> list[NcclTestsTable]:
+    """Every run in the nccl-tests log at ``path`` (``parse_all``)."""
+    return parse_all(_text(path), source=str(path))
 
 
 _TSV_HEADER = ["size_bytes", "time_us", "algbw_GBps", "busbw_GBps"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.machine.nccl_tests import NcclTestsError, Timing, load, parse, read, read_published
+from sim.machine.nccl_tests import NcclTestsError, Timing, load, parse, parse_all, read, read_published
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 DATA = ROOT / "tests" / "sim" / "machine" / "data"
@@ -132,3 +132,16 @@ def test_a_header_that_puts_in_place_first_is_honoured() -> None:
             "   1024  256 float sum -1  10.0 0.10 0.18 0  20.0 0.05 0.09 0\n")
     (r,) = parse(text, collective="all_reduce").rows
     assert r.oop.time_us == 20.0 and r.ip is not None and r.ip.time_us == 10.0
+
+
+def test_a_log_of_several_runs_splits_at_each_collective_test() -> None:
+    one = (DATA / "all_reduce_perf_gb10_2nodes.log").read_text()
+    two = one + "# Collective test starting: all_gather_perf\n" + "\n".join(
+        line for line in one.splitlines() if not line.startswith("# Collective test"))
+    with pytest.raises(NcclTestsError, match=r"^log:18: a second test run starts here"):
+        parse(two, source="log")
+    first, second = parse_all(two, source="log")
+    assert (first.collective, second.collective) == ("allreduce", "allgather")
+    assert first.sizes() == second.sizes() == [8192, 16384, 32768, 65536]
+    assert second.ranks == 2 and second.rows[0].line == 18 + 13  # numbered as in the whole file
+    assert [t.collective for t in parse_all(one)] == ["allreduce"]
