@@ -29,7 +29,8 @@ def _log(path: Path, nvlink: float, scale: float) -> None:
         t = simulate_nccl("allreduce", topo, n, algo="ring").time * 1e6
         lines.append(f"{n:>12} {n // 4:>12}     float     sum      -1 {t:>8.2f}    0.00    0.00      0 "
                      f"{t:>8.2f}    0.00    0.00      0")
-    path.write_text("\n".join(lines) + "\n# Avg bus bandwidth    : 0.00\n# Collective test starting: all_reduce_perf\n")
+    text = "\n".join(["# Collective test starting: all_reduce_perf", *lines, "# Avg bus bandwidth    : 0.00"])
+    path.write_text(text + "\n")
 
 
 @pytest.mark.slow
@@ -57,7 +58,7 @@ def test_fit_refuses_what_it_cannot_fit(tmp_path: Path, capsys: pytest.CaptureFi
     bad.write_text(HEAD + "           8             2     float     sum      -1    1x.0    0.00    0.00      0\n")
     assert cli_main(["fit", "--nccl-tests", str(bad), "-t", "dgx-h100:1", "-o", str(tmp_path / "m.json")]) == 2
     err = capsys.readouterr().err
-    assert "bad.log:6" in err and "Traceback" not in err
+    assert "bad.log:6" in err and "Traceback" not in err  # the log's line 6: the row
 
 
 def test_a_topology_file_keeps_the_nodes() -> None:
