@@ -223,6 +223,9 @@ def choose(kind: Kind | str, topology: Topology, size: float, *, algo: str | Non
     if algo is not None and algo not in CHOICES:
         raise ValueError(f"algo={algo!r}: expected one of {', '.join(CHOICES)}")
     table = tuning(kind, system, nodes, ranks, topology)
+    if not table:
+        raise ValueError(f"the NCCL model covers allreduce, allgather, reducescatter, broadcast and reduce, not "
+                         f"{kind.value}")
     cc, nch = _cc_row(system.compute_capability), model_channels(system)
     best: NcclChoice | None = None
     for (a, p), (lat, bw) in table.items():

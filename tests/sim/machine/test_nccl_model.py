@@ -198,3 +198,8 @@ def test_the_parsers_runtimes_are_the_models() -> None:
     from sim.machine.runtime import RUNTIMES
 
     assert PARSER == RUNTIMES
+
+
+def test_kinds_outside_the_model_are_refused() -> None:
+    with pytest.raises(ValueError, match="not alltoall"):
+        choose("alltoall", from_spec("dgx-h100:1"), 1024)
