@@ -8,9 +8,9 @@ so, and the latency each operation adds. ``mark_switches`` returns a topology
 whose chosen switches carry one; ``resolve`` finds the switch a schedule's
 ``SwitchOp`` names, either a node (``node0``) or a *domain*:
 
-- ``nvls``: the switch that can do the operation and is linked directly to every
-  rank the operation touches (one DGX's NVSwitch);
-- ``sharp``: likewise, among the switches that reduce (the network's SHARP switch);
+- ``nvls``: the switch of domain ``nvls`` that can do the operation and is linked
+  directly to every rank the operation touches (one DGX's NVSwitch);
+- ``sharp``: likewise, among the switches of domain ``sharp`` (the network's SHARP switch);
 - ``any``: the first capable switch linked to every rank.
 
 A schedule that asks a switch for what it cannot do is refused naming the op and
@@ -49,6 +49,9 @@ class SwitchCaps:
     bandwidth: float
     latency: float
     source: str = ""
+    domain: str = "nvls"
+    """The domain (``DOMAINS``) a ``SwitchOp`` may name to reach this switch: ``nvls`` (a node's switch) or
+    ``sharp`` (a network switch)."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.bandwidth, int | float) and 0 < self.bandwidth < math.inf):
@@ -141,7 +144,7 @@ def resolve(topology: Topology, op: SwitchOp) -> tuple[str, SwitchCaps]:
     if op.switch in DOMAINS:
         for n in g.nodes:
             caps = capabilities(topology, n)
-            if caps is None or not caps.can(op.op) or (op.switch == "sharp" and not caps.reduce):
+            if caps is None or not caps.can(op.op) or op.switch not in ("any", caps.domain):
                 continue
             if all(g.has_edge(r, n) and g.has_edge(n, r) for r in ranks):
                 return str(n), caps
