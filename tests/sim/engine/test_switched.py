@@ -99,7 +99,6 @@ def test_nvls_on_one_dgx_h100_is_within_5_percent_of_nvidias_480_gbps() -> None:
     assert r.ok and abs(r.busbw / 1e9 / measured - 1) < 0.05, r.busbw
 
 
-@pytest.mark.slow
 def test_nvls_tree_in_lockstep_on_two_dgx_h100s_is_within_5_percent_of_the_measured_default() -> None:
     table = ROOT.parent / "shared" / "published" / "h100_2x8_allreduce_nccltests309_default.tsv"
     if not table.is_file():
