@@ -108,3 +108,11 @@ def test_bad_capabilities_in_a_file_are_named() -> None:
     doc["switch_caps"] = {"spine": doc["switch_caps"]["node0"]}
     with pytest.raises(TopologyError, match=r"topology.switch_caps: 'spine' is not a listed switch"):
         loads(json.dumps(doc))
+
+
+def test_placement_keeps_what_switches_compute() -> None:
+    from sim.topology.placement import place
+
+    t = place(from_spec("dgx-h100:2+sharp"), [8, 9, 0, 1], partial=True)
+    assert [capabilities(t, n) for n in ("node0", "node1", "net")] == [DGX_NVSWITCH, DGX_NVSWITCH, IB_SHARP]
+    assert resolve(t, _op("nvls", ranks=(0, 1)))[0] == "node1"
