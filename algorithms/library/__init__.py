@@ -13,6 +13,7 @@ from algorithms.library import (
     barrier,
     broadcast,
     gather,
+    innetwork,
     nccl,
     pat,
     reduce,
@@ -22,5 +23,5 @@ from algorithms.library import (
     torus,
 )
 
-__all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "nccl", "pat", "reduce",
+__all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "innetwork", "nccl", "pat", "reduce",
            "reducescatter", "scatter", "swing", "torus"]

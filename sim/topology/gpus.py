@@ -21,7 +21,6 @@ per step (src/graph/tuning.cc ``hwLat``), half per hop. Other protocols rewrite 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -136,15 +135,11 @@ def gpu_cluster(system: str | GpuSystem, nodes: int) -> Topology:
                 g.add_edge("spine", leaf, bandwidth=nic * nodes, latency=0.0, medium="net")
     topo = Topology(g, f"{s.name}:{nodes}")
     if s.nvls and s.compute_capability == 90:
-        # NVLink SHARP on every node's NVSwitch, with NCCL's Hopper figures (sim.topology.switches, the in-network
-        # reduction issue's module, where it is installed); Blackwell's NVSwitch reduces too, but its figures are
-        # not modelled there yet.
-        try:
-            switches = importlib.import_module("sim.topology.switches")
-        except ImportError:
-            switches = None
-        if switches is not None:
-            topo = switches.mark_switches(topo, switches.DGX_NVSWITCH, lambda n: str(n).startswith("node"))
+        # NVLink SHARP on every node's NVSwitch, with NCCL's Hopper figures (sim.topology.switches); Blackwell's
+        # NVSwitch reduces too, but its figures are not modelled there yet.
+        from sim.topology.switches import DGX_NVSWITCH, mark_switches
+
+        topo = mark_switches(topo, DGX_NVSWITCH, lambda n: str(n).startswith("node"))
     return topo
 
 
