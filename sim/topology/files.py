@@ -57,8 +57,6 @@ def _nodes(doc: object) -> dict[str, Any]:
         raise TopologyError(f"topology.nodes.nccl_latency_scale: must be a positive number, got {s!r}")
     return dict(doc)
 
-    }
-
 
 def _caps_of(topology: Topology) -> dict[str, dict[str, object]]:
     from sim.topology.switches import capabilities, caps_to_dict
