@@ -71,7 +71,7 @@ def build_parser(extensions: Sequence[str] = ()) -> Parser:
     """The argument parser: the torch-free commands, then each extension module's ``add_parser(subparsers)``.
 
     >>> sorted(build_parser()._subparsers._group_actions[0].choices)[:4]
-    ['bound', 'convert', 'export', 'list']
+    ['bound', 'convert', 'export', 'fit']
     """
     parser = Parser(prog="collsched", description="Design collective-communication algorithms: list, verify, "
                                                   "export, simulate, sweep, bound and synthesize schedules (and "

@@ -18,7 +18,7 @@ Lines that mpirun tags (``[1,0]<stdout>:``) lose their tag; lines that are neith
 (NCCL INFO and WARN lines, the shell's command line) are skipped; a line that starts like a row (its
 first field a whole number) but does not read as one is an error naming the file, line and field.
 
-``parse`` reads text, ``read`` a log file, ``read_published`` a ``.tsv`` of ``../shared/published``
+``parse`` reads text, ``read`` a log file, ``read_published`` a published nccl-tests ``.tsv`` table
 (its README gives the format), ``load`` either by the file's extension; all return ``NcclTestsTable``.
 """
 

@@ -11,7 +11,7 @@ from algorithms import build
 from algorithms import formats as fileformat
 from runners.cli import build_parser, main
 
-COMMANDS = ("list", "verify", "export", "convert", "simulate", "sweep", "bound", "synthesize",
+COMMANDS = ("list", "verify", "export", "convert", "simulate", "sweep", "bound", "synthesize", "fit",
             "bench", "demo", "calibrate", "validate", "tune")
 
 

@@ -32,9 +32,11 @@ def test_dgx_nvswitch_figures_are_nccls() -> None:
 
 def test_dgx_marks_every_nvswitch_and_sharp_marks_the_network() -> None:
     t = dgx_h100(2)
-    assert reducing_switches(t) == ["node0", "node1"] and capabilities(t, "net") is None
+    # the preset's network: one leaf switch per rail (rail0..rail7) under a spine
+    assert reducing_switches(t) == ["node0", "node1"] and capabilities(t, "rail0") is None
     s = from_spec("dgx-h100:2+sharp")
-    assert s.name == "dgx-h100:2+sharp" and capabilities(s, "net") == IB_SHARP
+    assert s.name == "dgx-h100:2+sharp"
+    assert all(capabilities(s, n) == IB_SHARP for n in [*(f"rail{g}" for g in range(8)), "spine"])
     assert s.links == t.links
     with pytest.raises(TopologyError, match=r"'ring:4\+sharp': \+sharp needs network switches"):
         from_spec("ring:4+sharp")
@@ -48,17 +50,17 @@ def _op(switch: str, op: str = "reduce", ranks: tuple[int, ...] = (0, 1)) -> Swi
 def test_domains_resolve_to_the_switch_linked_to_every_rank() -> None:
     t = from_spec("dgx-h100:2+sharp")
     assert resolve(t, _op("nvls", ranks=(8, 9)))[0] == "node1"
-    assert resolve(t, _op("sharp", ranks=(0, 8)))[0] == "net"
-    assert resolve(t, _op("any", "multicast", ranks=(3, 12)))[0] == "net"
+    assert resolve(t, _op("sharp", ranks=(0, 8)))[0] == "rail0"  # GPU 0 of both nodes: rail 0's leaf
+    assert resolve(t, _op("any", "multicast", ranks=(3, 11)))[0] == "rail3"
     assert resolve(t, _op("node0", ranks=(0, 7)))[0] == "node0"
 
 
 @pytest.mark.parametrize(("switch", "ranks", "message"), [
     ("nvls", (0, 8), r"step 0 switch op \(reduce@nvls .*\): no switch of topology dgx-h100:2 in domain 'nvls' "
                      r"can reduce and is linked to all of ranks 0..8"),
-    ("net", (0, 8), r"step 0 switch op \(reduce@net .*\): switch net of topology dgx-h100:2 cannot reduce"),
+    ("rail0", (0, 8), r"step 0 switch op \(reduce@rail0 .*\): switch rail0 of topology dgx-h100:2 cannot reduce"),
     ("node0", (0, 8), r"rank 8 has no link to and from switch node0"),
-    ("spine", (0, 1), r"topology dgx-h100:2 has no switch 'spine'"),
+    ("core", (0, 1), r"topology dgx-h100:2 has no switch 'core'"),
 ])
 def test_a_switch_asked_for_what_it_cannot_do_is_refused_naming_op_and_switch(
         switch: str, ranks: tuple[int, ...], message: str) -> None:
@@ -93,7 +95,7 @@ def test_capabilities_survive_topology_files(tmp_path: object, suffix: str) -> N
     path = Path(str(tmp_path)) / f"t{suffix}"
     save(t, path)
     back = load(path)
-    assert [capabilities(back, n) for n in ("node0", "node1", "net")] == [DGX_NVSWITCH, DGX_NVSWITCH, IB_SHARP]
+    assert [capabilities(back, n) for n in ("node0", "node1", "rail0")] == [DGX_NVSWITCH, DGX_NVSWITCH, IB_SHARP]
 
 
 def test_bad_capabilities_in_a_file_are_named() -> None:
@@ -105,8 +107,8 @@ def test_bad_capabilities_in_a_file_are_named() -> None:
     doc["switch_caps"]["node0"]["bandwidth"] = "fast"
     with pytest.raises(TopologyError, match=r"topology.switch_caps.node0.bandwidth: wrong type str"):
         loads(json.dumps(doc))
-    doc["switch_caps"] = {"spine": doc["switch_caps"]["node0"]}
-    with pytest.raises(TopologyError, match=r"topology.switch_caps: 'spine' is not a listed switch"):
+    doc["switch_caps"] = {"core": doc["switch_caps"]["node0"]}
+    with pytest.raises(TopologyError, match=r"topology.switch_caps: 'core' is not a listed switch"):
         loads(json.dumps(doc))
 
 
@@ -114,5 +116,5 @@ def test_placement_keeps_what_switches_compute() -> None:
     from sim.topology.placement import place
 
     t = place(from_spec("dgx-h100:2+sharp"), [8, 9, 0, 1], partial=True)
-    assert [capabilities(t, n) for n in ("node0", "node1", "net")] == [DGX_NVSWITCH, DGX_NVSWITCH, IB_SHARP]
+    assert [capabilities(t, n) for n in ("node0", "node1", "rail0")] == [DGX_NVSWITCH, DGX_NVSWITCH, IB_SHARP]
     assert resolve(t, _op("nvls", ranks=(0, 1)))[0] == "node1"
