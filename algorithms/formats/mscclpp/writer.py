@@ -1,0 +1,214 @@
+"""Writing collsched schedules as MSCCL++ execution plans: ``to_plan``, ``dumps_plan``, ``save_plan``.
+
+The plan runs the schedule step by step (docs/design.md, "MSCCL++ execution plans"). Every GPU gets one
+thread block and one memory channel to each peer it ever exchanges data with. A remote copy is a ``put``
+by its sender into the receiver's buffer; a remote reduction is an ``rre`` by its receiver, which reads
+the sender's buffer and adds it to its own; local transfers are ``copy`` and ``re``. Between two steps,
+each pair of GPUs that exchanges data in either step meets (``signal`` then ``wait`` on their channel),
+which orders every read and write of one step before the next step's at both ends; a ``nop`` (a thread
+block barrier) closes each step. Steps read the state at their start (docs/design.md, "Step semantics")
+while the executor's ops run as they come, so a step that writes a slot it also reads from is first
+staged: a step of local copies into fresh scratch slots, and the reads redirected there
+(``stage_reads``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from algorithms.errors import ScheduleError
+from algorithms.formats.mscclpp.plan import BUF_CODE
+from algorithms.ir import Buf, Kind, Op, Schedule, Step, Transfer
+
+__all__ = ["PLAN_KINDS", "dumps_plan", "save_plan", "stage_reads", "to_plan"]
+
+PLAN_KINDS = frozenset(Kind) - {Kind.BARRIER}
+"""Kinds a plan can hold: a barrier has no data for the executor to move."""
+_MAX_U64 = (1 << 64) - 1
+
+
+def _slots(rank: int, buf: Buf, index: int, count: int) -> list[tuple[int, Buf, int]]:
+    return [(rank, buf, index + k) for k in range(count)]
+
+
+def stage_reads(schedule: Schedule) -> Schedule:
+    """The schedule with no step reading a slot that the same step writes, and the same final state.
+
+    Before each step that does, a step of local copies saves every source range it reads and writes into
+    scratch slots after the schedule's own, and the step reads the copies instead. A schedule that needs
+    none is returned as it is.
+    """
+    base = schedule.scratch_chunks
+    steps: list[Step] = []
+    extra = 0
+    for step in schedule.steps:
+        written = {s for t in step.transfers for s in _slots(t.dst, t.dst_buf, t.dst_index, t.count)}
+        staged: dict[tuple[int, Buf, int, int], int] = {}
+        used: dict[int, int] = {}
+        copies: list[Transfer] = []
+        out: list[Transfer] = []
+        for t in step.transfers:
+            if not any(s in written for s in _slots(t.src, t.src_buf, t.src_index, t.count)):
+                out.append(t)
+                continue
+            key = (t.src, t.src_buf, t.src_index, t.count)
+            if key not in staged:
+                staged[key] = base + used.get(t.src, 0)
+                used[t.src] = used.get(t.src, 0) + t.count
+                copies.append(Transfer(t.src, t.src, t.src_buf, t.src_index, Buf.SCRATCH, staged[key], t.count))
+            out.append(t._replace(src_buf=Buf.SCRATCH, src_index=staged[key]))
+        if copies:
+            steps.append(Step(tuple(copies)))
+            extra = max(extra, *used.values())
+        steps.append(Step(tuple(out)) if copies else step)
+    if not extra:
+        return schedule
+    return Schedule(schedule.collective, schedule.name, steps, base + extra)
+
+
+def _chunk(buf: Buf, index: int, count: int) -> dict[str, Any]:
+    return {"type": BUF_CODE[buf], "index": index, "size": count}
+
+
+class _Gpu:
+    """One GPU's plan while it is written: its peers (one memory channel each) and remote buffers."""
+
+    def __init__(self, rank: int, peers: list[int]) -> None:
+        self.rank = rank
+        self.peers = peers
+        self.channel = {q: k for k, q in enumerate(peers)}
+        self.remote: dict[tuple[int, Buf], int] = {}
+        self.ops: list[dict[str, Any]] = []
+
+    def remote_buffer(self, owner: int, buf: Buf) -> int:
+        return self.remote.setdefault((owner, buf), len(self.remote))
+
+    def meet(self, peers: set[int]) -> None:
+        """Signal every peer, then wait for each: a pairwise barrier, closing the step before it."""
+        ids = [self.channel[q] for q in sorted(peers)]
+        self.ops.append({"name": "nop"})
+        self.ops.append({"name": "signal", "channel_ids": ids, "channel_type": "memory"})
+        self.ops.append({"name": "wait", "channel_ids": ids, "channel_type": "memory"})
+        self.ops.append({"name": "nop"})
+
+
+def _op_of(t: Transfer, gpu: _Gpu) -> dict[str, Any]:
+    """The op that carries ``t`` on ``gpu`` (its sender for a remote copy, its receiver otherwise)."""
+    dst = _chunk(t.dst_buf, t.dst_index, t.count)
+    src = _chunk(t.src_buf, t.src_index, t.count)
+    if t.src == t.dst:
+        if t.op is Op.COPY:
+            return {"name": "copy", "src_buff": [src], "dst_buff": [dst]}
+        return {"name": "re", "src_buff": [dst, src], "dst_buff": [dst], "reduce_op": "sum"}
+    if t.op is Op.COPY:
+        remote = {"buffer_id": gpu.remote_buffer(t.dst, t.dst_buf), "index": t.dst_index, "size": t.count}
+        return {"name": "put", "src_buff": [src], "dst_buff": [remote], "channel_type": "memory"}
+    remote = {"buffer_id": gpu.remote_buffer(t.src, t.src_buf), "index": t.src_index, "size": t.count}
+    return {"name": "rre", "src_buff": [dst, remote], "dst_buff": [dst], "channel_type": "memory",
+            "reduce_op": "sum"}
+
+
+def _owner(t: Transfer) -> int:
+    return t.src if t.op is Op.COPY and t.src != t.dst else t.dst
+
+
+def to_plan(schedule: Schedule, *, name: str | None = None) -> dict[str, Any]:
+    """The MSCCL++ execution plan of ``schedule`` as a JSON-ready dict (see the module docstring).
+
+    ``ScheduleError`` for a barrier (no data to move).
+    """
+    coll = schedule.collective
+    if coll.kind not in PLAN_KINDS:
+        raise ScheduleError(f"mscclpp: a {coll.kind} has no data for the executor to move; plans hold "
+                            f"{', '.join(sorted(k.value for k in PLAN_KINDS))}")
+    staged = stage_reads(schedule)
+    p = coll.ranks
+    step_peers = [[set[int]() for _ in range(p)] for _ in staged.steps]
+    for si, step in enumerate(staged.steps):
+        for t in step.transfers:
+            if t.src != t.dst:
+                step_peers[si][t.src].add(t.dst)
+                step_peers[si][t.dst].add(t.src)
+    gpus = [_Gpu(r, sorted(set().union(*(sp[r] for sp in step_peers)))) for r in range(p)]
+    last: list[set[int]] = [set() for _ in range(p)]
+    for si, step in enumerate(staged.steps):
+        mine: list[list[Transfer]] = [[] for _ in range(p)]
+        for t in step.transfers:
+            mine[_owner(t)].append(t)
+        for r, gpu in enumerate(gpus):
+            meet = last[r] | step_peers[si][r]
+            if meet:
+                gpu.meet(meet)
+            elif gpu.ops and mine[r]:
+                gpu.ops.append({"name": "nop"})
+            written: set[tuple[Buf, int]] = set()
+            for t in mine[r]:
+                slots = {(t.dst_buf, t.dst_index + k) for k in range(t.count)} if t.dst == r else set()
+                if slots & written:  # reductions into one slot, one after another
+                    gpu.ops.append({"name": "nop"})
+                    written.clear()
+                written |= slots
+                gpu.ops.append(_op_of(t, gpu))
+            last[r] = step_peers[si][r]
+    for r, gpu in enumerate(gpus):
+        if last[r]:
+            gpu.meet(last[r])
+    return _document(staged, name or schedule.name, gpus)
+
+
+def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]:
+    coll = schedule.collective
+    out: list[dict[str, Any]] = []
+    for r, gpu in enumerate(gpus):
+        inputs = coll.input_chunks(r)
+        outputs = inputs if coll.in_place else coll.output_chunks(r)
+        all_ids = list(range(len(gpu.peers)))
+        remote = sorted(gpu.remote.items(), key=lambda kv: kv[1])
+        tb: dict[str, Any] = {
+            "id": 0,
+            "ops": gpu.ops,
+            "channels": [{"channel_type": "memory", "channel_ids": all_ids}] if all_ids else [],
+            "remote_buffer_refs": ([{"access_channel_type": "memory", "remote_buffer_ids": list(range(len(remote)))}]
+                                   if remote else []),
+        }
+        out.append({
+            "id": r,
+            "input_chunks": inputs,
+            "output_chunks": outputs,
+            "scratch_chunks": schedule.scratch_chunks,
+            "threadblocks": [tb] if gpu.ops else [],
+            "channels": [{"channel_type": "memory", "connected_to": gpu.peers}] if gpu.peers else [],
+            "remote_buffers": [{"rank": owner, "type": BUF_CODE[buf], "access_channel_types": ["memory"]}
+                               for (owner, buf), _ in remote],
+            "semaphores": [],
+        })
+    doc: dict[str, Any] = {
+        "name": name,
+        "collective": coll.kind.value,
+        "protocol": "Simple",
+        "inplace": coll.in_place,
+        "reuse_resources": False,
+        "gpus": out,
+        # The executor's defaults (execution_plan.cc, Impl and loadExecutionPlan), written out.
+        "num_threads_per_block": 1024,
+        "use_double_scratch_buffer": False,
+        "buffer_alignment": 16,
+        "min_message_size": 0,
+        "max_message_size": _MAX_U64,
+    }
+    if coll.root is not None:
+        doc["root"] = coll.root  # not read by the executor; the reader needs it for rooted kinds
+    return doc
+
+
+def dumps_plan(schedule: Schedule, *, name: str | None = None) -> str:
+    """The plan of ``schedule`` as JSON text (one op per line inside each thread block)."""
+    return json.dumps(to_plan(schedule, name=name), indent=1) + "\n"
+
+
+def save_plan(schedule: Schedule, path: str | os.PathLike[str], *, name: str | None = None) -> None:
+    """Write the plan of ``schedule`` to ``path``."""
+    Path(path).write_text(dumps_plan(schedule, name=name))
