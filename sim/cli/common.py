@@ -144,6 +144,13 @@ def save_schedule(schedule: Schedule, args: argparse.Namespace) -> None:
             from algorithms.formats.msccl import save_msccl
 
             save_msccl(schedule, args.output, **msccl_opts)
+        elif fmt == "mscclpp":
+            from algorithms.formats.mscclpp import save_plan
+
+            if msccl_opts:
+                raise UsageError(f"--{next(iter(msccl_opts)).replace('_', '-')} is for MSCCL-IR output, "
+                                 "not an MSCCL++ plan")
+            save_plan(schedule, args.output)
         else:
             if msccl_opts:
                 raise UsageError(f"--{next(iter(msccl_opts)).replace('_', '-')} is for MSCCL-IR output "
@@ -154,8 +161,9 @@ def save_schedule(schedule: Schedule, args: argparse.Namespace) -> None:
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=("json", "msccl"), default=None,
-                   help="file format (default: msccl for a .xml name, else json)")
+    p.add_argument("--format", choices=("json", "msccl", "mscclpp"), default=None,
+                   help="file format: collsched JSON, MSCCL-IR XML or an MSCCL++ execution plan "
+                        "(default: msccl for a .xml name, else json)")
     p.add_argument("--proto", choices=("Simple", "LL", "LL128"), default=None,
                    help="MSCCL-IR: the protocol the executor runs it with (default Simple)")
     p.add_argument("--nchannels", type=int, default=None, metavar="N",
