@@ -1,0 +1,215 @@
+"""MSCCL++ execution plans: what the writer emits loads by the executor's rules, computes the collective, and
+reads back to a schedule with the same final state.
+
+References, none of them the code under test: the executor's parser rules (mscclpp
+src/core/executor/execution_plan.cc: op names of getOpType, buffer letters of convertToBufferType, gpus
+indexed by rank, channel and remote-buffer ids indexing the thread block's lists) written out by hand
+below; the collectives' results by their definitions (``mscclpp_emulator.expected``), against a test-only
+emulator that runs the plan's thread blocks in random interleavings; and the verifier's symbolic final
+state of the original schedule.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from algorithms import build
+from algorithms.errors import ScheduleError
+from algorithms.formats import loads
+from algorithms.formats.mscclpp import dumps_plan, from_plan, stage_reads, to_plan
+from algorithms.ir import Buf, Collective, Kind, Schedule, Transfer
+from sim.cli import main
+from sim.verify import verify
+from sim.verify.verifier import execute
+from tests.algorithms.formats.mscclpp_emulator import emulate, expected, inputs
+
+# (kind, algorithm): the library's ring and direct algorithms, and others with exchanges and roots.
+COVERED = [
+    ("allreduce", "ring"), ("allreduce", "direct"), ("allgather", "ring"), ("allgather", "direct"),
+    ("reducescatter", "ring"), ("reducescatter", "direct"), ("allreduce", "recursive_doubling"),
+    ("alltoall", "direct"), ("broadcast", "binomial"), ("reduce", "binomial"),
+]
+RANKS = (2, 3, 4, 8)
+# execution_plan.cc, getOpType: every name the executor accepts.
+EXECUTOR_OPS = {"nop", "barrier", "put", "pws", "pwsf", "get", "copy", "signal", "wait", "flush", "re", "res", "rre",
+                "rres", "ppkt", "rppkt", "respkt", "cpkt", "upkt", "repkt", "recpkt", "recspkt", "glres", "gstore",
+                "gstorepkt", "rlxsignal", "rlxwait", "pipeline", "sem_acquire", "sem_release"}
+
+
+def _final(s: Schedule) -> dict[tuple[int, Buf, int], object]:
+    """The verifier's final content of every input and output slot."""
+    state, _bad, layout = execute(s)
+    out = {}
+    for slot, content in enumerate(state):
+        r, buf, i = layout.where(slot)
+        if buf is not Buf.SCRATCH:
+            out[(r, buf, i)] = content
+    return out
+
+
+@pytest.mark.parametrize(("kind", "algorithm"), COVERED)
+@pytest.mark.parametrize("p", RANKS)
+def test_every_plan_reads_back_to_the_same_final_state(kind: str, algorithm: str, p: int) -> None:
+    s = build(kind, algorithm, p)
+    back = from_plan(dumps_plan(s))
+    assert back.collective == s.collective
+    assert verify(back).ok
+    assert _final(back) == _final(s)
+
+
+@pytest.mark.parametrize(("kind", "algorithm"), COVERED)
+@pytest.mark.parametrize("p", (3, 4))
+def test_the_executor_computes_the_collective(kind: str, algorithm: str, p: int) -> None:
+    s = build(kind, algorithm, p)
+    plan = to_plan(s)
+    given = inputs(s.collective)
+    want = expected(s.collective, given)
+    for seed in range(6):
+        got = emulate(plan, s.collective, seed)
+        for r, value in want.items():
+            assert np.array_equal(got[r], value), f"rank {r}, seed {seed}: {got[r]} != {value}"
+
+
+def _tb_ids(tb: dict, ctype: str) -> list[int]:
+    return [c for ch in tb.get("channels", []) if ch["channel_type"] == ctype for c in ch["channel_ids"]]
+
+
+@pytest.mark.parametrize(("kind", "algorithm"), COVERED)
+def test_the_plan_follows_the_executors_rules(kind: str, algorithm: str) -> None:
+    p = 4
+    s = build(kind, algorithm, p)
+    plan = json.loads(dumps_plan(s))
+    coll = s.collective
+    assert {"name", "collective", "protocol", "inplace", "gpus"} <= plan.keys()
+    assert plan["collective"] == kind and plan["protocol"] == "Simple"
+    assert plan["inplace"] is (kind in ("allreduce", "broadcast", "reduce"))
+    assert [g["id"] for g in plan["gpus"]] == list(range(p))
+    signals: dict[tuple[int, int], int] = {}
+    for g in plan["gpus"]:
+        r = g["id"]
+        # Buffer sizes: the table of docs/design.md, "Collectives and buffers".
+        wide_in = kind in ("reducescatter", "alltoall")
+        wide_out = kind in ("allgather", "alltoall")
+        assert g["input_chunks"] == coll.chunks * (p if wide_in else 1)
+        assert g["output_chunks"] == (g["input_chunks"] if plan["inplace"] else coll.chunks * (p if wide_out else 1))
+        sizes = {"i": g["input_chunks"], "o": g["output_chunks"], "s": g["scratch_chunks"]}
+        memory = [q for ch in g["channels"] if ch["channel_type"] == "memory" for q in ch["connected_to"]]
+        assert r not in memory and len(set(memory)) == len(memory)
+        for rb in g["remote_buffers"]:
+            assert rb["type"] in sizes and 0 <= rb["rank"] < p and rb["rank"] != r
+        for t, tb in enumerate(g["threadblocks"]):
+            assert tb["id"] == t
+            mem = _tb_ids(tb, "memory")
+            assert all(0 <= c < len(memory) for c in mem)
+            refs = [i for ref in tb["remote_buffer_refs"] for i in ref["remote_buffer_ids"]]
+            assert all(0 <= i < len(g["remote_buffers"]) for i in refs)
+            for op in tb["ops"]:
+                assert op["name"] in EXECUTOR_OPS
+                for c in op.get("channel_ids", []):
+                    assert 0 <= c < len(mem)
+                    if op["name"] == "signal":
+                        key = (r, memory[mem[c]])
+                        signals[key] = signals.get(key, 0) + 1
+                    elif op["name"] == "wait":
+                        key = (memory[mem[c]], r)
+                        signals[key] = signals.get(key, 0) - 1
+                for side in ("src_buff", "dst_buff"):
+                    for b in op.get(side, []):
+                        if "buffer_id" in b:
+                            owner = g["remote_buffers"][refs[b["buffer_id"]]]
+                            size = plan["gpus"][owner["rank"]][{"i": "input_chunks", "o": "output_chunks",
+                                                                "s": "scratch_chunks"}[owner["type"]]]
+                        else:
+                            assert b["type"] in sizes
+                            size = sizes[b["type"]]
+                        assert 0 <= b["index"] and b["index"] + b["size"] <= size
+    assert all(v == 0 for v in signals.values()), f"signals and waits do not pair up: {signals}"
+
+
+def test_a_step_that_writes_what_it_reads_is_staged_through_scratch() -> None:
+    coll = Collective(Kind.ALLGATHER, 2, 1)
+    own = [Transfer(0, 0, "input", 0, "output", 0), Transfer(1, 1, "input", 0, "output", 1)]
+    exchange = Schedule(coll, "x", [own, [Transfer(0, 1, "output", 0, "output", 0),
+                                          Transfer(1, 0, "output", 1, "output", 1)]])
+    assert stage_reads(exchange) is exchange  # step 1 reads 0.output[0], 1.output[1] and writes the others
+    # Step 1 also rewrites 0.output[0] (from the input) while rank 1 reads it: one range of rank 0 is staged.
+    hazard = Schedule(coll, "h", [own, [Transfer(0, 1, "output", 0, "output", 0),
+                                        Transfer(1, 0, "output", 1, "output", 1),
+                                        Transfer(0, 0, "input", 0, "output", 0)]])
+    staged = stage_reads(hazard)
+    assert staged.scratch_chunks == 1 and staged.num_steps == 3
+    assert staged.steps[1].transfers == (Transfer(0, 0, "output", 0, "scratch", 0),)
+    assert Transfer(0, 1, "scratch", 0, "output", 0) in staged.steps[2].transfers
+    assert verify(staged).ok and _final(staged) == _final(hazard)
+
+
+def test_staging_is_what_keeps_the_executor_right() -> None:
+    # Recursive doubling on 2 ranks exchanges one slot both ways in one step; only the staged copy keeps the
+    # value the other rank must read.
+    s = build("allreduce", "recursive_doubling", 2)
+    assert stage_reads(s) is not s
+    given = inputs(s.collective)
+    want = expected(s.collective, given)
+    for seed in range(4):
+        got = emulate(to_plan(s), s.collective, seed)
+        assert all(np.array_equal(got[r], want[r]) for r in want)
+
+
+def test_files_load_a_plan_by_its_content() -> None:
+    s = build("allgather", "ring", 3)
+    back = loads(dumps_plan(s))
+    assert back.name == "ring" and _final(back) == _final(s)
+
+
+def _plan() -> dict:
+    return to_plan(build("allreduce", "ring", 2))
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["gpus"][1].update(id=0), "gpu 1: id is 0"),
+    (lambda d: d["gpus"][0]["threadblocks"][0]["ops"].append({"name": "zap"}), "gpu 0 threadblock 0 op"),
+    (lambda d: d["gpus"][0]["threadblocks"][0]["ops"][1].update(channel_ids=[5]), "channel id 5 out of range"),
+    (lambda d: d.update(protocol="LL"), "protocol 'LL'"),
+    (lambda d: d["gpus"][1].update(input_chunks=3), "gpu 1: input_chunks is 3"),
+    (lambda d: d["gpus"][0]["threadblocks"][0]["ops"].insert(0, {"name": "wait", "channel_ids": [0],
+                                                                   "channel_type": "memory"}), "deadlocks"),
+    (lambda d: d["gpus"][0]["channels"][0].update(connected_to=[0]), "connected_to names gpu 0"),
+    (lambda d: d["gpus"][0]["threadblocks"][0]["ops"].append({"name": "pipeline"}), "'pipeline' is outside"),
+])
+def test_bad_plans_are_refused_naming_the_place(edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    d = _plan()
+    edit(d)
+    with pytest.raises(ScheduleError, match=message.replace("(", r"\(").replace("'", "'")):
+        from_plan(d)
+
+
+def test_cli_exports_a_plan_and_reads_it_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ring.json"
+    assert main(["export", "-c", "allreduce", "-a", "ring", "-p", "4", "--format", "mscclpp", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["gpus"][3]["id"] == 3
+    assert main(["verify", "--file", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(": OK")
+    bad = json.loads(out.read_text())
+    bad["gpus"][2]["threadblocks"][0]["ops"][0]["name"] = "zap"
+    out.write_text(json.dumps(bad))
+    assert main(["verify", "--file", str(out)]) == 2
+    assert "gpu 2 threadblock 0 op 0: unknown op name 'zap'" in capsys.readouterr().err
+
+
+def test_a_barrier_has_no_plan() -> None:
+    with pytest.raises(ScheduleError, match="barrier has no data"):
+        to_plan(build("barrier", "dissemination", 4))
+
+
+def test_reductions_into_one_slot_are_serialised() -> None:
+    # Direct reduce-scatter: every rank reduces p-1 chunks into one slot in one step; the executor gets a nop
+    # between them (two rre on the same chunk, unordered, would lose one).
+    plan = to_plan(build("reducescatter", "direct", 3))
+    ops = plan["gpus"][0]["threadblocks"][0]["ops"]
+    names = [o["name"] for o in ops]
+    first = names.index("rre")
+    assert names[first:first + 3] == ["rre", "nop", "rre"]
