@@ -32,7 +32,21 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from algorithms.errors import ScheduleError
-from algorithms.ir import BUFS, OPS, Buf, Collective, Op, Schedule, Transfer, _as_buf, _as_op, _check_one
+from algorithms.ir import (
+    BUFS,
+    OPS,
+    Buf,
+    Collective,
+    Endpoint,
+    Op,
+    Schedule,
+    SwitchOp,
+    SwitchOpKind,
+    Transfer,
+    _as_buf,
+    _as_op,
+    _check_one,
+)
 
 __all__ = ["ScheduleBuilder"]
 
@@ -59,6 +73,7 @@ class ScheduleBuilder:
         self._n = array("i")
         self._op = array("B")
         self._offsets = array("q", [0])
+        self._switch_ops: list[SwitchOp] = []
         self._open = False
 
     @property
@@ -72,10 +87,11 @@ class ScheduleBuilder:
         if self._open:
             raise ScheduleError("steps cannot nest: close the open step first")
         self._open = True
+        ops = len(self._switch_ops)
         try:
             yield self
         finally:
-            if len(self._op) > self._offsets[-1]:
+            if len(self._op) > self._offsets[-1] or len(self._switch_ops) > ops:
                 self._offsets.append(len(self._op))
             self._open = False
 
@@ -203,6 +219,31 @@ class ScheduleBuilder:
         self._db.frombytes(bytes([dbc]) * k)
         self._op.frombytes(bytes([opc]) * k)
 
+    def switch_op(self, op: SwitchOpKind | str, switch: str, sources: list[tuple[int, Buf | str, int]],
+                  targets: list[tuple[int, Buf | str, int]], count: int = 1) -> None:
+        """Add a switch operation to the open step, its ends given as ``(rank, buf, index)``."""
+        if not self._open:
+            raise ScheduleError("add a switch op inside `with builder.step():`")
+        ends = [[Endpoint(r, _as_buf(b, "buf"), x) for r, b, x in side] for side in (sources, targets)]
+        self._switch_ops.append(SwitchOp(SwitchOpKind(op), switch, tuple(ends[0]), tuple(ends[1]), count,
+                                         len(self._offsets) - 1))
+
+    def multicast(self, switch: str, src: int, dsts: list[int], index: int, count: int = 1, *,
+                  buf: Buf = Buf.INPUT, dst_index: int | None = None, dst_buf: Buf | None = None) -> None:
+        """Through ``switch``: d.dst_buf[dst_index:+count] := src.buf[index:+count] for every d in ``dsts``."""
+        dx = index if dst_index is None else dst_index
+        db = buf if dst_buf is None else dst_buf
+        self.switch_op(SwitchOpKind.MULTICAST, switch, [(src, buf, index)], [(d, db, dx) for d in dsts], count)
+
+    def switch_reduce(self, switch: str, srcs: list[int], dsts: list[int], index: int, count: int = 1, *,
+                      buf: Buf = Buf.INPUT, dst_index: int | None = None, dst_buf: Buf | None = None) -> None:
+        """In ``switch``: d.dst_buf[dst_index:+count] := ⊕ over s in ``srcs`` of s.buf[index:+count], for every d
+        in ``dsts`` (NVLS ld_reduce to one rank, ld_reduce + st to many, or SHARP)."""
+        dx = index if dst_index is None else dst_index
+        db = buf if dst_buf is None else dst_buf
+        self.switch_op(SwitchOpKind.REDUCE, switch, [(s, buf, index) for s in srcs], [(d, db, dx) for d in dsts],
+                       count)
+
     def build(self) -> Schedule:
         """The validated, immutable schedule."""
         if self._open:
@@ -219,4 +260,5 @@ class ScheduleBuilder:
              "dst_buf": arr(self._db), "dst_index": arr(self._dx), "count": arr(self._n), "op": arr(self._op),
              "step_offsets": arr(self._offsets)},
             self.scratch_chunks,
+            switch_ops=self._switch_ops,
         )

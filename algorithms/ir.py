@@ -38,6 +38,10 @@ __all__ = [
     "IN_PLACE_KINDS",
     "MAX_RANKS",
     "MAX_SLOTS",
+    "Endpoint",
+    "SwitchOpKind",
+    "SwitchOp",
+    "switch_ops_by_step",
 ]
 
 
@@ -278,25 +282,28 @@ class Schedule:
     Immutable, compared and hashed by value.
     """
 
-    __slots__ = ("_columns", "_steps", "collective", "name", "num_transfers", "scratch_chunks")
+    __slots__ = ("_columns", "_steps", "collective", "name", "num_transfers", "scratch_chunks", "switch_ops")
 
     collective: Collective
     name: str
     scratch_chunks: int
     num_transfers: int
+    switch_ops: tuple[SwitchOp, ...]
+    """Operations a switch performs (multicast, in-switch reduction), by step, in program order (``SwitchOp``)."""
     _columns: Columns
     _steps: tuple[Step, ...] | None
 
     def __init__(self, collective: Collective, name: str, steps: Iterable[Step | Iterable[Transfer]] = (),
-                 scratch_chunks: int = 0) -> None:
+                 scratch_chunks: int = 0, *, switch_ops: Iterable[SwitchOp] = ()) -> None:
         _check_header(collective, name, scratch_chunks)
         given = tuple(s if isinstance(s, Step) else Step(tuple(s)) for s in steps)
         columns = _columns_of(given)
         self._init(collective, name, scratch_chunks, columns, given)
+        object.__setattr__(self, "switch_ops", _check_switch_ops(self, switch_ops))
 
     @classmethod
     def from_columns(cls, collective: Collective, name: str, columns: Columns | Mapping[str, Any],
-                     scratch_chunks: int = 0) -> Schedule:
+                     scratch_chunks: int = 0, *, switch_ops: Iterable[SwitchOp] = ()) -> Schedule:
         """A schedule from arrays with the fields of ``Columns`` (any integer dtype; codes as in ``Columns``)."""
         _check_header(collective, name, scratch_chunks)
         get = columns._asdict() if isinstance(columns, Columns) else dict(columns)
@@ -331,6 +338,7 @@ class Schedule:
                                 f"got {int(arrays['count'][bad[0]])}")
         self = cls.__new__(cls)
         self._init(collective, name, scratch_chunks, Columns(**arrays), None)
+        object.__setattr__(self, "switch_ops", _check_switch_ops(self, switch_ops))
         return self
 
     def _init(self, collective: Collective, name: str, scratch_chunks: int, columns: Columns | None,
@@ -360,22 +368,24 @@ class Schedule:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (self.collective, self.name, self.scratch_chunks, tuple(self._columns)))
+        return (_restore, (self.collective, self.name, self.scratch_chunks, tuple(self._columns), self.switch_ops))
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not Schedule:
             return NotImplemented
         assert isinstance(other, Schedule)
         return (self.collective == other.collective and self.name == other.name
-                and self.scratch_chunks == other.scratch_chunks
+                and self.scratch_chunks == other.scratch_chunks and self.switch_ops == other.switch_ops
                 and all(np.array_equal(a, b) for a, b in zip(self._columns, other._columns, strict=True)))
 
     def __hash__(self) -> int:
-        return hash((self.collective, self.name, self.scratch_chunks, *(a.tobytes() for a in self._columns)))
+        return hash((self.collective, self.name, self.scratch_chunks, self.switch_ops,
+                     *(a.tobytes() for a in self._columns)))
 
     def __repr__(self) -> str:
+        ops = f", switch_ops={self.switch_ops!r}" if self.switch_ops else ""
         return (f"Schedule(collective={self.collective!r}, name={self.name!r}, steps={self.steps!r}, "
-                f"scratch_chunks={self.scratch_chunks!r})")
+                f"scratch_chunks={self.scratch_chunks!r}{ops})")
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -421,8 +431,9 @@ class Schedule:
         return self.collective.output_chunks(rank)
 
 
-def _restore(collective: Collective, name: str, scratch_chunks: int, arrays: tuple[np.ndarray, ...]) -> Schedule:
-    return Schedule.from_columns(collective, name, Columns(*arrays), scratch_chunks)
+def _restore(collective: Collective, name: str, scratch_chunks: int, arrays: tuple[np.ndarray, ...],
+             switch_ops: tuple[SwitchOp, ...] = ()) -> Schedule:
+    return Schedule.from_columns(collective, name, Columns(*arrays), scratch_chunks, switch_ops=switch_ops)
 
 
 def _where(offsets: np.ndarray, i: int) -> tuple[int, int]:
@@ -542,3 +553,133 @@ def _materialise(c: Columns) -> tuple[Step, ...]:
         object.__setattr__(step, "transfers", tuple(transfers[lo:hi]))
         steps.append(step)
     return tuple(steps)
+
+
+# -- switch operations (multicast and in-switch reduction) ------------------------------------------
+
+
+class SwitchOpKind(StrEnum):
+    """What a switch does with the chunks its ports bring: copy one to many, or combine many into one."""
+
+    MULTICAST = "multicast"
+    REDUCE = "reduce"
+
+
+class Endpoint(NamedTuple):
+    """One end of a switch operation: ``count`` chunks of ``(rank, buf)`` from ``index`` on."""
+
+    rank: int
+    buf: Buf
+    index: int  # type: ignore[assignment]  # shadows tuple.index, as Transfer's count does tuple.count
+
+    def text(self, count: int) -> str:
+        """``2.input[4:5]``, as a transfer prints its ends."""
+        return f"{self.rank}.{self.buf}[{self.index}:{self.index + count}]"
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchOp:
+    """An operation a switch performs in step ``step``; it stands for the transfers it replaces.
+
+    ``multicast``: the one source's ``count`` chunks are delivered to every
+    target (the transfers ``target := source``, one per target, with the
+    source crossing its rank's link up once). ``reduce``: the switch combines
+    the chunks of every source (⊕, each contribution exactly once) and
+    delivers the result to every target (``target := ⊕ sources``): NVLink
+    SHARP's ``multimem.ld_reduce`` (targets: the issuing rank) followed by
+    ``multimem.st`` (a multicast), or InfiniBand SHARP's aggregation. Every
+    read sees the state at the step's start and every write lands at its end,
+    as for transfers. ``switch`` names the switch: a topology node (``node0``)
+    or a domain the topology resolves (``sim.topology.switches``).
+    """
+
+    op: SwitchOpKind
+    switch: str
+    sources: tuple[Endpoint, ...]
+    targets: tuple[Endpoint, ...]
+    count: int = 1
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "op", SwitchOpKind(self.op))
+        except ValueError:
+            raise ScheduleError(f"switch op: unknown op {self.op!r} (multicast, reduce)") from None
+        if not isinstance(self.switch, str) or not self.switch:
+            raise ScheduleError(f"switch op: switch must be a non-empty name, got {self.switch!r}")
+        _check_int(self.count, "switch op count", 1, MAX_SLOTS)
+        _check_int(self.step, "switch op step", 0)
+        for field in ("sources", "targets"):
+            ends = tuple(getattr(self, field))
+            if not ends:
+                raise ScheduleError(f"switch op {self.op}@{self.switch}: no {field}")
+            object.__setattr__(self, field, tuple(_endpoint(e, field) for e in ends))
+        if self.op is SwitchOpKind.MULTICAST and len(self.sources) != 1:
+            raise ScheduleError(f"switch op {self.op}@{self.switch}: a multicast has exactly one source, "
+                                f"got {len(self.sources)}")
+
+    def describe(self) -> str:
+        """One line: ``reduce@node0 0.input[1:2],1.input[1:2] -> 1.input[1:2]``."""
+        def ends(xs: tuple[Endpoint, ...]) -> str:
+            return ",".join(e.text(self.count) for e in xs)
+
+        return f"{self.op}@{self.switch} {ends(self.sources)} -> {ends(self.targets)}"
+
+    def __repr__(self) -> str:
+        return f"SwitchOp(step {self.step}: {self.describe()})"
+
+    def ranks(self) -> set[int]:
+        """Every rank the operation reads from or writes to."""
+        return {e.rank for e in self.sources} | {e.rank for e in self.targets}
+
+
+def _endpoint(value: object, field: str) -> Endpoint:
+    if isinstance(value, Endpoint) and value.buf.__class__ is Buf:
+        return value
+    if not isinstance(value, tuple | list) or len(value) != 3:
+        raise ScheduleError(f"switch op {field}: expected (rank, buf, index), got {value!r}")
+    rank, buf, index = value
+    for name, v in (("rank", rank), ("index", index)):
+        if v.__class__ is not int or v < 0:
+            raise ScheduleError(f"switch op {field}: {name} must be an integer >= 0, got {v!r}")
+    if buf.__class__ is not Buf:
+        buf = _as_buf(buf, f"{field} buf")
+    return Endpoint(rank, buf, index)
+
+
+def _check_switch_ops(schedule: Schedule, ops: Iterable[SwitchOp]) -> tuple[SwitchOp, ...]:
+    """The switch ops in step order (stable), each in range; in-place kinds name ``input`` for ``output``."""
+    coll, scratch = schedule.collective, schedule.scratch_chunks
+    steps = schedule.num_steps
+    out: list[SwitchOp] = []
+    for i, op in enumerate(ops):
+        if not isinstance(op, SwitchOp):
+            raise ScheduleError(f"switch op {i}: a {type(op).__name__}, not a SwitchOp")
+        where = f"step {op.step} switch op ({op.describe()})"
+        if op.step >= steps:
+            raise ScheduleError(f"{where}: step {op.step} out of range for {steps} steps")
+        fixed = {}
+        for field in ("sources", "targets"):
+            ends = []
+            for e in getattr(op, field):
+                if e.rank >= coll.ranks:
+                    raise ScheduleError(f"{where}: {field} rank {e.rank} out of range 0..{coll.ranks - 1}")
+                size = _buffer_chunks(coll, scratch, e.rank, e.buf)
+                if e.index + op.count > size:
+                    raise ScheduleError(f"{where}: {field} index {e.index} count {op.count} out of range for "
+                                        f"rank {e.rank} {e.buf} of {size} chunks")
+                ends.append(Endpoint(e.rank, Buf.INPUT, e.index) if coll.in_place and e.buf is Buf.OUTPUT else e)
+            fixed[field] = tuple(ends)
+        if fixed["sources"] != op.sources or fixed["targets"] != op.targets:
+            op = SwitchOp(op.op, op.switch, fixed["sources"], fixed["targets"], op.count, op.step)
+        out.append(op)
+    out.sort(key=lambda o: o.step)
+    return tuple(out)
+
+
+def switch_ops_by_step(schedule: Schedule) -> list[list[SwitchOp]]:
+    """The schedule's switch ops grouped by step: entry s lists step s's, in program order."""
+    by: list[list[SwitchOp]] = [[] for _ in range(schedule.num_steps)]
+    for op in schedule.switch_ops:
+        by[op.step].append(op)
+    return by

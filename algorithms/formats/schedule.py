@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 
 from algorithms.errors import ScheduleError
-from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
+from algorithms.ir import Buf, Collective, Endpoint, Kind, Op, Schedule, Step, SwitchOp, SwitchOpKind, Transfer
 
 __all__ = ["FORMAT", "MAX_FILE_BYTES", "dumps", "from_dict", "is_xml_path", "load", "loads", "read_bytes", "save",
            "to_dict"]
@@ -66,10 +66,32 @@ SCHEMA: dict[str, Any] = {
         },
         "scratch_chunks": _INDEX,
         "steps": {"type": "array", "items": {"type": "array", "items": {"type": "object"}}},
+        "switch_ops": {"type": "array", "items": {"type": "object"}},
+    },
+}
+_ENDPOINT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["rank", "buf", "index"],
+    "properties": {"rank": _INDEX, "buf": {"enum": [b.value for b in Buf]}, "index": _INDEX},
+}
+# Optional (files without it are the same format): what a switch does, docs/design.md "Switch operations".
+_SWITCH_OP = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["step", "op", "switch", "sources", "targets", "count"],
+    "properties": {
+        "step": _INDEX,
+        "op": {"enum": [o.value for o in SwitchOpKind]},
+        "switch": {"type": "string", "minLength": 1},
+        "sources": {"type": "array", "minItems": 1, "items": _ENDPOINT},
+        "targets": {"type": "array", "minItems": 1, "items": _ENDPOINT},
+        "count": {"type": "integer", "minimum": 1},
     },
 }
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 _TRANSFER_VALIDATOR = jsonschema.Draft202012Validator(_TRANSFER)
+_SWITCH_OP_VALIDATOR = jsonschema.Draft202012Validator(_SWITCH_OP)
 _KEYS: tuple[str, ...] = tuple(_TRANSFER["properties"])  # type: ignore[arg-type]
 _KEYSET = frozenset(_KEYS)
 _BUFS = {b.value: b for b in Buf}
@@ -83,6 +105,7 @@ def _path(error: jsonschema.ValidationError) -> str:
 def to_dict(schedule: Schedule) -> dict[str, Any]:
     """The schedule as a JSON-ready dict in the ``collsched.schedule/1`` format."""
     c = schedule.collective
+    ops = {"switch_ops": [_switch_op_dict(o) for o in schedule.switch_ops]} if schedule.switch_ops else {}
     return {
         "format": FORMAT,
         "name": schedule.name,
@@ -96,16 +119,41 @@ def to_dict(schedule: Schedule) -> dict[str, Any]:
             ]
             for step in schedule.steps
         ],
+        **ops,
     }
+
+
+def _switch_op_dict(op: SwitchOp) -> dict[str, Any]:
+    def ends(xs: tuple[Endpoint, ...]) -> list[dict[str, Any]]:
+        return [{"rank": e.rank, "buf": e.buf.value, "index": e.index} for e in xs]
+
+    return {"step": op.step, "op": op.op.value, "switch": op.switch, "sources": ends(op.sources),
+            "targets": ends(op.targets), "count": op.count}
+
+
+def _switch_op(obj: object, where: str) -> SwitchOp:
+    err = jsonschema.exceptions.best_match(_SWITCH_OP_VALIDATOR.iter_errors(obj))
+    if err is not None:
+        raise ScheduleError(f"{where}{'.' + _path(err) if err.absolute_path else ''}: {err.message}")
+    assert isinstance(obj, dict)  # guaranteed by the schema
+    ends = [tuple(Endpoint(e["rank"], _BUFS[e["buf"]], e["index"]) for e in obj[k]) for k in ("sources", "targets")]
+    try:
+        return SwitchOp(SwitchOpKind(obj["op"]), obj["switch"], ends[0], ends[1], obj["count"], obj["step"])
+    except ScheduleError as e:
+        raise ScheduleError(f"{where}: {e}") from None
 
 
 def dumps(schedule: Schedule) -> str:
     """The schedule as JSON text, one step per line."""
     d = to_dict(schedule)
     steps = d.pop("steps")
+    ops = d.pop("switch_ops", None)
     head = json.dumps(d)[:-1]
     body = ",\n  ".join(json.dumps(s, separators=(",", ":")) for s in steps)
-    return f'{head}, "steps": [\n  {body}\n]}}\n'
+    tail = ""
+    if ops is not None:
+        tail = ', "switch_ops": [\n  ' + ",\n  ".join(json.dumps(o, separators=(",", ":")) for o in ops) + "\n]"
+    return f'{head}, "steps": [\n  {body}\n]{tail}}}\n'
 
 
 def _transfer(obj: object, where: str) -> Transfer:
@@ -135,7 +183,8 @@ def from_dict(doc: object) -> Schedule:
         Step(tuple(_transfer(t, f"steps.{si}.{ti}") for ti, t in enumerate(step)))
         for si, step in enumerate(doc["steps"])
     )
-    return Schedule(collective, doc["name"], steps, doc["scratch_chunks"])
+    ops = [_switch_op(o, f"switch_ops.{i}") for i, o in enumerate(doc.get("switch_ops", ()))]
+    return Schedule(collective, doc["name"], steps, doc["scratch_chunks"], switch_ops=ops)
 
 
 def _reject_constant(name: str) -> Any:

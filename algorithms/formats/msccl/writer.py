@@ -370,6 +370,10 @@ def dumps_msccl(schedule: Schedule, *, name: str | None = None, proto: str = "Si
     no root; barrier) raise ``ScheduleError``.
     """
     coll = schedule.collective
+    if schedule.switch_ops:
+        first = schedule.switch_ops[0]
+        raise ScheduleError(f"cannot write step {first.step} switch op ({first.describe()}) as MSCCL-IR: the "
+                            "format has no switch operations (multicast, in-switch reduction)")
     if coll.kind not in _EXPORT_KINDS:
         why = "the format has no root attribute" if coll.root is not None else "MSCCL has no such collective"
         raise ScheduleError(f"cannot write {coll.kind} as MSCCL-IR ({why}); it holds allreduce, allgather, "
