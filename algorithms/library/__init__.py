@@ -13,6 +13,7 @@ from algorithms.library import (
     barrier,
     broadcast,
     gather,
+    innetwork,
     reduce,
     reducescatter,
     scatter,
@@ -20,5 +21,5 @@ from algorithms.library import (
     torus,
 )
 
-__all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "reduce", "reducescatter",
-           "scatter", "swing", "torus"]
+__all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "innetwork", "reduce",
+           "reducescatter", "scatter", "swing", "torus"]

@@ -141,6 +141,8 @@ class SimResult:
     engine: str = "simpy"
     """The engine that ran: ``simpy`` or ``fast``; ``events`` counts its events (simpy: timeouts; fast:
     event times, or steps when it computed the run in closed form)."""
+    switch_spans: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+    """Per switch op of the schedule (``Schedule.switch_ops``): when its first leg started and its last ended."""
 
     def __repr__(self) -> str:
         return (f"SimResult({self.schedule.name} {self.schedule.collective.describe()} on {self.topology.name}, "
@@ -238,7 +240,13 @@ def simulate(
     gc.disable()
     try:
         result = None
-        if engine == "fast" or (engine == "auto" and not message_cpu):
+        if schedule.switch_ops:  # lowered to the flows they cause, then run on the engine asked for
+            from sim.engine.switched import simulate_switched
+
+            result = simulate_switched(schedule, topology, float(size), mode=mode, overhead=float(overhead),
+                                       reduce_bandwidth=reduce_bandwidth, faults=faults, progress=progress,
+                                       message_cpu=float(message_cpu), engine=engine)
+        elif engine == "fast" or (engine == "auto" and not message_cpu):
             result = _fast(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth,
                            faults.stragglers, progress, strict=engine == "auto")
         if result is None:
@@ -288,7 +296,8 @@ def _delayed(result: SimResult, launch: float) -> SimResult:
         return b
 
     return replace(result, time=result.time + launch, start=later(result.start),
-                   send_start=later(result.send_start), send_end=later(result.send_end), end=later(result.end))
+                   send_start=later(result.send_start), send_end=later(result.send_end), end=later(result.end),
+                   switch_spans=tuple((s + launch, e + launch) for s, e in result.switch_spans))
 
 
 class _Run:

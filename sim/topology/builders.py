@@ -243,6 +243,9 @@ def dgx_h100(nodes: int) -> Topology:
     450 GB/s x ``DGX_NVLINK_EFFICIENCY``, 50 GB/s x ``DGX_NIC_EFFICIENCY``, and
     ``DGX_NVLINK_LATENCY``/``DGX_NIC_LATENCY`` per hop (NCCL's per-step latencies); NCCL's base latency
     per collective is the preset's engine parameter (``sim.machine.model.PRESET_ENGINES``)."""
-    return cluster(nodes, 8, nvlink_bandwidth=NVLINK_BANDWIDTH * DGX_NVLINK_EFFICIENCY,
+    topo = cluster(nodes, 8, nvlink_bandwidth=NVLINK_BANDWIDTH * DGX_NVLINK_EFFICIENCY,
                    nvlink_latency=DGX_NVLINK_LATENCY, nic_bandwidth=NIC_BANDWIDTH * DGX_NIC_EFFICIENCY,
                    nic_latency=DGX_NIC_LATENCY, name=f"dgx-h100:{nodes}")
+    from sim.topology.switches import DGX_NVSWITCH, mark_switches  # NVLink SHARP on every node's NVSwitch
+
+    return mark_switches(topo, DGX_NVSWITCH, lambda n: str(n).startswith("node"))

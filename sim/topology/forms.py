@@ -212,6 +212,10 @@ def from_spec(spec: str, *, bandwidth: float | None = None, latency: float | Non
     if not isinstance(spec, str):
         raise TopologyError(f"topology must be a SPEC string ({SPEC_FORMS}), got {spec!r}")
     text = spec.strip()
+    if text.endswith("+sharp"):  # InfiniBand SHARP on the network switches (sim.topology.switches)
+        from sim.topology.switches import with_sharp
+
+        return with_sharp(from_spec(text[: -len("+sharp")], bandwidth=bandwidth, latency=latency), spec)
     m = _SPEC.fullmatch(text)
     found = form(m.group(1)) if m else None
     topo: Topology
@@ -328,7 +332,8 @@ register_topology(
     _builder("cluster"))
 register_topology(
     "dgx-h100", syntax="dgx-h100:N",
-    help="N DGX H100 systems of 8 GPUs at NCCL's effective NVLink and NIC figures (docs/design.md)",
+    help="N DGX H100 systems of 8 GPUs at NCCL's effective NVLink and NIC figures, NVSwitches that reduce and "
+         "multicast (NVLS); dgx-h100:N+sharp adds InfiniBand SHARP on the network switch (docs/design.md)",
     constraints=("N >= 1", "8N ranks", _AT_MOST), ranks=lambda a: 8 * a[0], source=_BUILTIN)(_builder("dgx_h100"))
 
 SPEC_FORMS = spec_forms(loaded=False)

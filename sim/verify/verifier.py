@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from algorithms.ir import Kind, Op, Schedule
+from algorithms.ir import Kind, Op, Schedule, SwitchOp, switch_ops_by_step
 from algorithms.registry import no_gc
 from sim.verify.report import (
     DOUBLE_COUNT,
@@ -61,9 +61,11 @@ def execute(schedule: Schedule, hints: list[Hint] | None = None
     bases = layout.bases
     bad: list[Violation] = []
     copy_op = Op.COPY
+    by_step = switch_ops_by_step(schedule) if schedule.switch_ops else None
     for si, step in enumerate(schedule.steps):
         copies: dict[int, tuple[Content, int]] = {}
         reduces: dict[int, list[tuple[Content, int]]] = {}
+        nt = len(step.transfers)
         for ti, t in enumerate(step.transfers):
             src_slot = bases[t.src_buf][t.src] + t.src_index
             dst_slot = bases[t.dst_buf][t.dst] + t.dst_index
@@ -97,6 +99,10 @@ def execute(schedule: Schedule, hints: list[Hint] | None = None
                         reduces[d] = [(v, ti)]
                     else:
                         lst.append((v, ti))
+        if by_step is not None:
+            for j, op in enumerate(by_step[si]):
+                _switch_op(layout, state, si, nt + j, op, copies, reduces, bad, idempotent,
+                           last_read if track else None)
         for d, (v, ti) in copies.items():
             state[d] = v
             if track:
@@ -109,6 +115,11 @@ def execute(schedule: Schedule, hints: list[Hint] | None = None
             cur = state[d]
             first = True
             for v, ti in lst:
+                if ti >= nt:  # a barrier's switch op: its deliveries union like copies
+                    nxt = combine(cur, v, True, idempotent)
+                    if nxt is not None:
+                        cur = nxt
+                    continue
                 t = step.transfers[ti]
                 nxt = combine(cur, v, t.op is copy_op, idempotent)
                 if nxt is not None:
@@ -134,11 +145,67 @@ def execute(schedule: Schedule, hints: list[Hint] | None = None
     return state, bad, layout
 
 
+def op_text(schedule: Schedule, si: int, ti: int) -> str:
+    """What a step's entry ``ti`` prints as: a transfer, or (numbered after them) a switch op."""
+    transfers = schedule.steps[si].transfers
+    if ti < len(transfers):
+        return repr(transfers[ti])
+    return switch_ops_by_step(schedule)[si][ti - len(transfers)].describe()
+
+
 def _dead(schedule: Schedule, layout: SlotLayout, w: tuple[int, int], by: tuple[int, int], slot: int) -> Hint:
     r, buf, i = layout.where(slot)
-    steps = schedule.steps
-    return dead_write(w[0], w[1], repr(steps[w[0]].transfers[w[1]]), r, buf.value, i,
-                      by[0], by[1], repr(steps[by[0]].transfers[by[1]]))
+    return dead_write(w[0], w[1], op_text(schedule, *w), r, buf.value, i, by[0], by[1], op_text(schedule, *by))
+
+
+def _switch_op(layout: SlotLayout, state: list[Content | None], si: int, oi: int, op: SwitchOp,
+               copies: dict[int, tuple[Content, int]], reduces: dict[int, list[tuple[Content, int]]],
+               bad: list[Violation], idempotent: bool, last_read: list[int] | None) -> None:
+    """Read one switch op's sources (the step's snapshot), combine them, and queue its writes as copies.
+
+    It stands for transfers: a multicast for one copy per target; a reduction for the reduces that
+    fold the sources together (each contribution once: an overlap is a double count) and one copy
+    of the result per target. Its writes race like a copy's. Entry ``oi`` numbers it after the
+    step's transfers; messages name it as ``switch op J (reduce@node0 ...)``."""
+    bases = layout.bases
+    label = f"step {si} switch op {oi} ({op.describe()})"
+    for k in range(op.count):
+        acc: Content | None = None
+        ok = True
+        for e in op.sources:
+            slot = bases[e.buf][e.rank] + e.index + k
+            if last_read is not None:
+                last_read[slot] = si
+            v = state[slot]
+            if v is None:
+                bad.append(Violation(UNINITIALISED_READ, f"{label}: reads {_where(layout, slot)}, which holds nothing",
+                                     si, oi, e.rank, e.buf.value, e.index + k))
+                ok = False
+                continue
+            nxt = v if acc is None else combine(acc, v, False, idempotent)
+            if nxt is None:
+                bad.append(Violation(
+                    DOUBLE_COUNT, f"{label}: {_where(layout, slot)} holds {describe_text(v)}, which the other "
+                    f"sources already hold ({describe_text(acc)}): combining them counts a contribution twice",
+                    si, oi, e.rank, e.buf.value, e.index + k))
+                ok = False
+                continue
+            acc = nxt
+        if not ok or acc is None:
+            continue
+        for e in op.targets:
+            d = bases[e.buf][e.rank] + e.index + k
+            if idempotent:
+                reduces.setdefault(d, []).append((acc, oi))
+                continue
+            if d in copies or d in reduces:
+                other = copies[d][1] if d in copies else reduces[d][0][1]
+                bad.append(Violation(
+                    RACE, f"{label}: writes {_where(layout, d)}, which entry {other} of the same step also writes "
+                    "(a switch op's delivery, like a copy, must be the only write to a slot in its step)",
+                    si, oi, e.rank, e.buf.value, e.index + k))
+                continue
+            copies[d] = (acc, oi)
 
 
 def _race(layout: SlotLayout, si: int, ti: int, other: int, slot: int, t: Any) -> Violation:
@@ -168,7 +235,7 @@ def check_final(schedule: Schedule, state: list[Content | None], layout: SlotLay
     for slot, want, got in wrong:
         r, buf, i = layout.where(slot)
         w = writers[slot]
-        writer = None if w is None else (w[0], w[1], repr(schedule.steps[w[0]].transfers[w[1]]))
+        writer = None if w is None else (w[0], w[1], op_text(schedule, w[0], w[1]))
         groups: dict[tuple[int, int | None], int] = {}
         for s_, chunk in _missing(want, got):
             key = (chunk, last_held[(s_, chunk)])
@@ -178,7 +245,8 @@ def check_final(schedule: Schedule, state: list[Content | None], layout: SlotLay
         if writer is None:
             msg += "; no transfer wrote it"
         else:
-            msg += f"; last written by step {writer[0]} transfer {writer[1]} ({writer[2]})"
+            entry = "transfer" if writer[1] < len(schedule.steps[writer[0]].transfers) else "switch op"
+            msg += f"; last written by step {writer[0]} {entry} {writer[1]} ({writer[2]})"
         for chunk, mask, last in missing:
             msg += f"; {describe_text((chunk, mask))} {_held_text(last, len(schedule.steps))}"
         bad.append(Violation(WRONG_SLOT, msg, rank=r, buf=buf.value, index=i, expected=want, actual=got,
@@ -255,15 +323,19 @@ def locate(
             count[c] += 1
     idempotent = schedule.collective.kind is Kind.BARRIER
     bases = layout.bases
+    by_step = switch_ops_by_step(schedule) if schedule.switch_ops else None
     for si, step in enumerate(schedule.steps):
-        snaps = [state[a:a + t.count] for t in step.transfers for a in (bases[t.src_buf][t.src] + t.src_index,)]
-        for ti, (t, snap) in enumerate(zip(step.transfers, snaps, strict=True)):
-            dst = bases[t.dst_buf][t.dst] + t.dst_index
+        # (destination slot, the snapshot it receives, copy?, entry) for every write of the step.
+        writes = [(bases[t.dst_buf][t.dst] + t.dst_index, state[a:a + t.count], t.op is Op.COPY, ti)
+                  for ti, t in enumerate(step.transfers) for a in (bases[t.src_buf][t.src] + t.src_index,)]
+        if by_step is not None:
+            writes.extend(_switch_writes(layout, state, by_step[si], len(step.transfers), idempotent))
+        for dst, snap, copy, ti in writes:
             for k, v in enumerate(snap):
                 if v is None:
                     continue
                 cur = state[dst + k]
-                new = combine(cur, v, t.op is Op.COPY, idempotent)
+                new = combine(cur, v, copy, idempotent)
                 if new is None:
                     continue
                 for c in holds(cur):
@@ -287,6 +359,26 @@ def locate(
     return writers, last_held
 
 
+def _switch_writes(layout: SlotLayout, state: list[Content | None], ops: list[SwitchOp], nt: int,
+                   idempotent: bool) -> list[tuple[int, list[Content | None], bool, int]]:
+    """The writes of a step's switch ops, as ``locate`` applies them: each target receives the combined
+    sources (None for a chunk whose sources were invalid, already reported)."""
+    bases = layout.bases
+    out: list[tuple[int, list[Content | None], bool, int]] = []
+    for j, op in enumerate(ops):
+        vals: list[Content | None] = []
+        for k in range(op.count):
+            acc: Content | None = None
+            for e in op.sources:
+                v = state[bases[e.buf][e.rank] + e.index + k]
+                acc = None if v is None else v if acc is None else combine(acc, v, False, idempotent)
+                if acc is None:
+                    break
+            vals.append(acc)
+        out.extend((bases[e.buf][e.rank] + e.index, vals, True, nt + j) for e in op.targets)
+    return out
+
+
 COMPACT_FROM = 100_000
 """Schedules of at least this many transfers are decided on compact columns (``sim.verify.fast``: the same
 semantics, a few bytes per slot instead of a Python tuple); the slot-by-slot executor then runs only to
@@ -303,7 +395,7 @@ def verify(schedule: Schedule) -> VerifyReport:
     reported as the compact check found it (up to 1000 violations of each list, and 1000 hints).
     Dead writes are listed as hints (``VerifyReport.hints``) by whichever executor reports.
     """
-    if schedule.num_transfers >= COMPACT_FROM:
+    if schedule.num_transfers >= COMPACT_FROM and not schedule.switch_ops:  # the compact verifier has no switch ops
         from sim.verify.fast import verdict_with_hints
 
         found, fast_hints, not_listed = verdict_with_hints(schedule)

@@ -1,0 +1,156 @@
+"""Algorithms whose switches compute: NVLink SHARP (NVLS), NVLS-tree, InfiniBand SHARP, and multicast.
+
+NVLS all-reduce (NCCL 2.17+, ``src/device/all_reduce.h``, ``runRing``'s NVLS
+counterpart ``runNvls``): each GPU owns 1/p of the buffer; for each piece of
+it, ``multimem.ld_reduce`` has the NVSwitch combine that piece of every GPU's
+buffer and return the sum to the owner, and ``multimem.st`` has it multicast
+the sum to every GPU. Each GPU's link carries the message (p + 1)/p times each
+way. The pieces are pipelined through two staging slots, so that the
+reduction of one piece overlaps the multicast of the one before.
+
+NVLS-tree (NCCL's ``NVLS_TREE``): NVLS inside every node, and between nodes
+the owners of the same piece (one per node) all-reduce it, here by a ring
+(NCCL uses a tree; the ring's pieces keep every NIC busy). SHARP (NCCL's
+``COLLNET_DIRECT`` with SHARP, Graham et al., "Scalable Hierarchical
+Aggregation Protocol (SHArP)", COMHPC 2016): the same, with the network switch
+reducing the owners' pieces in one operation. Multicast broadcast and
+all-gather: the root's (every rank's) chunks go out through one multicasting
+switch.
+
+The switch ops name domains (``nvls``, ``sharp``, ``any``) that the topology
+resolves (``sim.topology.switches``), so the algorithms hold for any topology
+whose switches can do the operations.
+"""
+
+from __future__ import annotations
+
+from algorithms.builder import ScheduleBuilder
+from algorithms.ir import Buf, Collective, Kind, Schedule
+from algorithms.library.allreduce import GROUP
+from algorithms.registry import CHUNKS, Parameter, register
+
+_DEPTH = 2
+"""Staging slots per rank: stage c + 2 reuses stage c's, so two stages are in flight (more only split the links
+between more stages under max-min sharing, and each finishes later)."""
+STAGES = Parameter("chunks", 64, "pipeline stages per piece: each reduces, then multicasts, 1/(p·chunks) of the "
+                   "buffer (NCCL pipelines NVLS in 128 KiB chunks)")
+
+__all__ = ["multicast_allgather", "multicast_broadcast", "nvls", "nvls_tree", "sharp"]
+
+
+@register(Kind.ALLREDUCE, "nvls", source="NCCL NVLS (multimem.ld_reduce + multimem.st through the NVSwitch)",
+          parameters=(STAGES,), listed=False)
+def nvls(ranks: int, *, chunks: int = 64) -> Schedule:
+    """NVLS all-reduce: per piece, an in-switch reduction to its owner, then the owner's multicast to all.
+
+    Rank g owns pieces g·k .. g·k + k - 1 (k = ``chunks``); stage c reduces
+    piece g·k + c into the owner's staging slot c mod 2 and, a step later,
+    multicasts it from there to every rank (the owner too), so that step c
+    holds stage c's reductions and stage c - 1's multicasts.
+    """
+    p, k = ranks, chunks
+    depth = min(k, _DEPTH)
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p * k), "nvls", scratch_chunks=depth)
+    everyone = list(range(p))
+    for c in range(k + 1):
+        with b.step():
+            if c < k:
+                for g in range(p):
+                    b.switch_reduce("nvls", everyone, [g], g * k + c, dst_index=c % depth, dst_buf=Buf.SCRATCH)
+            if c > 0:
+                for g in range(p):
+                    b.multicast("nvls", g, everyone, (c - 1) % depth, buf=Buf.SCRATCH, dst_index=g * k + c - 1,
+                                dst_buf=Buf.INPUT)
+    return b.build()
+
+
+def _nodes(p: int, group: int) -> list[list[int]]:
+    g = max(1, min(group, p))
+    return [list(range(lo, min(lo + g, p))) for lo in range(0, p, g)]
+
+
+def _two_level(ranks: int, chunks: int, group: int, name: str) -> Schedule:
+    """NVLS reduce-scatter in every node, the owners' all-reduce across nodes, NVLS multicast in every node.
+
+    The buffer is g pieces (g = ``group``) of q·k chunks (q nodes); in a node of
+    m ranks, local rank i owns the pieces j with j mod m = i. Across nodes the
+    owners of piece j run a ring all-reduce over its q sub-pieces (``nvls_tree``)
+    or one SHARP reduction (``sharp``).
+    """
+    nodes = _nodes(ranks, group)
+    g, q, k = len(nodes[0]), len(nodes), chunks
+    width = q * k
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, ranks, g * width), name)
+
+    def owner(node: list[int], j: int) -> int:
+        return node[j % len(node)]
+
+    with b.step():
+        for node in nodes[:1] if ranks == 1 else [n for n in nodes if len(n) > 1]:  # a lone GPU holds its sum
+            for j in range(g):
+                b.switch_reduce("nvls", node, [owner(node, j)], j * width, width)
+    if q > 1 and name == "sharp":
+        with b.step():
+            for j in range(g):
+                owners = [owner(node, j) for node in nodes]
+                for c in range(width):  # one aggregation per chunk, as SHARP streams its messages
+                    b.switch_reduce("sharp", owners, owners, j * width + c)
+    elif q > 1:
+        for phase in ("reduce", "copy"):
+            for s in range(q - 1):
+                with b.step():
+                    for j in range(g):
+                        owners = [owner(node, j) for node in nodes]
+                        for n in range(q):
+                            # Ring over nodes: reduce-scatter passes sub-piece n - s on, all-gather n + 1 - s.
+                            sub = (n - s) % q if phase == "reduce" else (n + 1 - s) % q
+                            add = b.reduce if phase == "reduce" else b.copy
+                            add(owners[n], owners[(n + 1) % q], j * width + sub * k, k)
+    with b.step():
+        for node in [n for n in nodes if len(n) > 1]:
+            for j in range(g):
+                src = owner(node, j)
+                b.multicast("nvls", src, [r for r in node if r != src], j * width, width)
+    return b.build()
+
+
+@register(Kind.ALLREDUCE, "nvls_tree", source="NCCL NVLS_TREE (NVLS in a node, the owners' ring across nodes)",
+          parameters=(CHUNKS, GROUP), constraints=("group = GPUs per node; the last node may hold fewer",),
+          listed=False)
+def nvls_tree(ranks: int, *, chunks: int = 1, group: int = 8) -> Schedule:
+    """NVLS inside every node of ``group`` ranks, a ring all-reduce of each piece's owners across nodes."""
+    return _two_level(ranks, chunks, group, "nvls_tree")
+
+
+@register(Kind.ALLREDUCE, "sharp", source="Graham et al., SHArP, COMHPC 2016; NCCL CollNet with SHARP",
+          parameters=(CHUNKS, GROUP), constraints=("group = GPUs per node; the last node may hold fewer",),
+          listed=False)
+def sharp(ranks: int, *, chunks: int = 1, group: int = 8) -> Schedule:
+    """NVLS inside every node of ``group`` ranks, one InfiniBand SHARP reduction of each piece's owners."""
+    return _two_level(ranks, chunks, group, "sharp")
+
+
+@register(Kind.BROADCAST, "multicast", source="switch multicast (NVLS multimem.st, InfiniBand multicast)",
+          listed=False)
+def multicast_broadcast(ranks: int, *, chunks: int = 1, root: int | None = 0) -> Schedule:
+    """Broadcast: every chunk of the root goes out through one multicasting switch to every other rank."""
+    r = 0 if root is None else root
+    b = ScheduleBuilder(Collective(Kind.BROADCAST, ranks, chunks, root=r), "multicast")
+    if ranks > 1:
+        with b.step():
+            for c in range(chunks):
+                b.multicast("any", r, [d for d in range(ranks) if d != r], c)
+    return b.build()
+
+
+@register(Kind.ALLGATHER, "multicast", source="switch multicast (NVLS multimem.st, InfiniBand multicast)",
+          listed=False)
+def multicast_allgather(ranks: int, *, chunks: int = 1) -> Schedule:
+    """All-gather: every rank multicasts each input chunk to its slot of every rank's output (its own too)."""
+    p, k = ranks, chunks
+    b = ScheduleBuilder(Collective(Kind.ALLGATHER, p, k), "multicast")
+    with b.step():
+        for r in range(p):
+            for c in range(k):
+                b.multicast("any", r, list(range(p)), c, dst_index=r * k + c, dst_buf=Buf.OUTPUT)
+    return b.build()
