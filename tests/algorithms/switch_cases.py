@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from algorithms import registry
 from algorithms.builder import ScheduleBuilder
-from algorithms.errors import CollschedError
+from algorithms.errors import RegistryError
 from algorithms.ir import Buf, Collective, Kind, Schedule
 
-SWITCH_ALGORITHMS = ("nvls", "nvls_tree", "sharp", "multicast")
-"""The library names of this issue's algorithms (issue 22, Deliver 6)."""
+SWITCH_ALGORITHMS = (("allreduce", "nvls"), ("allreduce", "nvls_tree"), ("allreduce", "sharp"),
+                     ("broadcast", "multicast"), ("allgather", "multicast"))
+"""This issue's library algorithms (issue 22, Deliver 6), by kind and name (unlisted: they need a switch)."""
 
 
 def nvls_allreduce(p: int) -> Schedule:
@@ -64,18 +65,18 @@ def reducescatter_to_scratch(p: int) -> Schedule:
 HAND = (nvls_allreduce, sharp_allreduce, multicast_broadcast, multicast_allgather, reducescatter_to_scratch)
 
 
-def library(p: int) -> list[Schedule]:
+def library(p: int, **params: int) -> list[Schedule]:
     """This issue's library algorithms that are registered and build at ``p`` ranks, for every kind they serve."""
     out = []
-    for a in registry.algorithms():
-        if a.name in SWITCH_ALGORITHMS:
-            try:
-                out.append(registry.build(a.kind, a.name, p))
-            except CollschedError:
-                continue
+    for kind, name in SWITCH_ALGORITHMS:
+        try:
+            algorithm = registry.get(kind, name)
+        except RegistryError:  # not on this branch
+            continue
+        out.append(algorithm.build(p, **params))
     return out
 
 
-def every(p: int) -> list[Schedule]:
-    """The hand-written schedules and the library's, at ``p`` ranks."""
-    return [f(p) for f in HAND] + library(p)
+def every(p: int, **params: int) -> list[Schedule]:
+    """The hand-written schedules and the library's, at ``p`` ranks (``params`` for the library's)."""
+    return [f(p) for f in HAND] + library(p, **params)

@@ -46,7 +46,7 @@ def _result(s: Schedule, given: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
 
 @pytest.mark.parametrize("p", range(2, 9))
 def test_every_switch_schedule_lowers_to_one_that_verifies_and_computes_the_collective(p: int) -> None:
-    for s in switch_cases.every(p):
+    for s in switch_cases.every(p, chunks=2):
         low = point_to_point(s)
         assert not low.switch_ops
         assert verify(low).ok, f"{s.name} p={p}"
