@@ -75,6 +75,8 @@ class PlanOp:
     channel_type: str
     where: str
     reduce_op: str | None
+    switch: str | None = None
+    """The switch's name in collsched (a key the writer adds and the executor does not read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +165,10 @@ def _gpu_channels(gpu: dict[str, Any], rank: int, p: int, where: str) -> _GpuCha
             buf = _buf(_field(ch, "buffer_type", w, str), f"{w} buffer_type")
             for gi, group in enumerate(_field(ch, "rank_groups", w, list)):
                 gw = f"{w} rank_groups[{gi}]"
-                _field(group, "size", gw, int)
+                size = _field(group, "size", gw, int)
                 ranks = tuple(_ints(group, "ranks", gw))
+                if size != len(ranks):
+                    raise ScheduleError(f"{gw}: size is {size}, but the group holds {len(ranks)} ranks")
                 bad = [r for r in ranks if r >= p]
                 if bad or rank not in ranks or len(set(ranks)) != len(ranks):
                     why = (f"rank {bad[0]} out of range 0..{p - 1}" if bad else
@@ -270,7 +274,8 @@ def _op(op: Any, rank: int, chans: _GpuChannels, refs: _TbRefs, where: str) -> P
         if ctype != "switch":
             channels.append(chans.peers[ctype][ids[cid]])
     reduce_op = _field(op, "reduce_op", where, str, None)
-    return PlanOp(name, src, dst, tuple(channels), ctype, where, reduce_op)
+    switch = _field(op, "switch", where, str, None)
+    return PlanOp(name, src, dst, tuple(channels), ctype, where, reduce_op, switch)
 
 
 def parse_plan(source: str | bytes | dict[str, Any]) -> ExecutionPlan:

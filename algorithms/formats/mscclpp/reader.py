@@ -21,7 +21,7 @@ from typing import Any
 from algorithms.errors import ScheduleError
 from algorithms.formats.mscclpp.plan import SYNC_OPS, ExecutionPlan, PlanBuffer, PlanOp, looks_like_plan, parse_plan
 from algorithms.formats.schedule import read_bytes
-from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
+from algorithms.ir import Buf, Collective, Endpoint, Kind, Op, Schedule, SwitchOp, SwitchOpKind, Transfer
 
 __all__ = ["from_plan", "load_plan", "loads_plan", "looks_like_plan"]
 
@@ -182,11 +182,30 @@ def _transfers(op: PlanOp, gpu: int, coll: Collective, scratch: int) -> list[Tra
             sr, sb, sx = one(b, f"src_buff[{i}]")
             out.append(Transfer(sr, dr, sb, sx, db, dx, n, Op.REDUCE))
         return out
-    return _switch_transfers(op, gpu, coll, scratch)
+    raise ScheduleError(f"{w}: {op.name} is not a transfer")
 
 
-def _switch_transfers(op: PlanOp, gpu: int, coll: Collective, scratch: int) -> list[Transfer]:
-    raise ScheduleError(f"{op.where}: {op.name} (a switch op) cannot be read into this build's IR")
+def _switch_op(op: PlanOp, step: int, coll: Collective, scratch: int) -> SwitchOp:
+    """The switch operation of a glres (every member's chunk reduced, stored to every member of the dst
+    channel's group) or a gstore (one local chunk stored to every member)."""
+    w = op.where
+    if len(op.src) != 1 or len(op.dst) != 1 or op.dst[0].via != "switch":
+        raise ScheduleError(f"{w}: {op.name} needs one src_buff and one dst_buff range on a switch channel")
+    s, d = op.src[0], op.dst[0]
+    if s.size != d.size:
+        raise ScheduleError(f"{w}: {op.name} src_buff size {s.size} and dst_buff size {d.size} differ")
+    if op.reduce_op not in (None, "sum"):
+        raise ScheduleError(f"{w}: reduce_op {op.reduce_op!r}; collsched's reduce is a sum")
+    if op.name == "glres" and s.via != "switch":
+        raise ScheduleError(f"{w}: glres reads through a switch channel (src_buff switch_channel_id)")
+    if op.name == "gstore" and s.via != "local":
+        raise ScheduleError(f"{w}: gstore stores a local chunk (src_buff type)")
+    sources = [PlanBuffer(r, s.buf, s.index, s.size, "switch") for r in s.group] if op.name == "glres" else [s]
+    ends = [[Endpoint(*_slot(b, coll, scratch, f"{w} {side}")) for b in bs]
+            for side, bs in (("src_buff", sources), ("dst_buff", [PlanBuffer(r, d.buf, d.index, d.size, "switch")
+                                                                  for r in d.group]))]
+    kind = SwitchOpKind.REDUCE if op.name == "glres" else SwitchOpKind.MULTICAST
+    return SwitchOp(kind, op.switch or "any", tuple(ends[0]), tuple(ends[1]), s.size, step)
 
 
 def from_plan(source: str | bytes | ExecutionPlan | dict[str, Any], *, name: str | None = None) -> Schedule:
@@ -198,11 +217,18 @@ def from_plan(source: str | bytes | ExecutionPlan | dict[str, Any], *, name: str
     coll = _collective(plan)
     scratch = plan.gpus[0].scratch_chunks
     steps: dict[int, list[Transfer]] = {}
+    switch: list[tuple[int, PlanOp]] = []
     for level, gpu, op in _levels(plan):
-        steps.setdefault(level, []).extend(_transfers(op, gpu, coll, scratch))
-    ordered = [steps[k] for k in sorted(steps)]
+        steps.setdefault(level, [])
+        if op.name in ("glres", "gstore"):
+            switch.append((level, op))
+        else:
+            steps[level].extend(_transfers(op, gpu, coll, scratch))
+    number = {level: k for k, level in enumerate(sorted(steps))}
+    ops = [_switch_op(op, number[level], coll, scratch) for level, op in switch]
     try:
-        return Schedule(coll, name or plan.name or "mscclpp", ordered, scratch)
+        return Schedule(coll, name or plan.name or "mscclpp", [steps[k] for k in sorted(steps)], scratch,
+                        switch_ops=ops)
     except ScheduleError as e:
         raise ScheduleError(f"plan: {e}") from None
 

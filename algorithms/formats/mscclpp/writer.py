@@ -21,52 +21,14 @@ from typing import Any
 
 from algorithms.errors import ScheduleError
 from algorithms.formats.mscclpp.plan import BUF_CODE
-from algorithms.ir import Buf, Kind, Op, Schedule, Step, Transfer
+from algorithms.formats.mscclpp.staging import group_of, stage_reads
+from algorithms.ir import Buf, Kind, Op, Schedule, SwitchOp, SwitchOpKind, Transfer, switch_ops_by_step
 
-__all__ = ["PLAN_KINDS", "dumps_plan", "save_plan", "stage_reads", "to_plan"]
+__all__ = ["PLAN_KINDS", "dumps_plan", "save_plan", "to_plan"]
 
 PLAN_KINDS = frozenset(Kind) - {Kind.BARRIER}
 """Kinds a plan can hold: a barrier has no data for the executor to move."""
 _MAX_U64 = (1 << 64) - 1
-
-
-def _slots(rank: int, buf: Buf, index: int, count: int) -> list[tuple[int, Buf, int]]:
-    return [(rank, buf, index + k) for k in range(count)]
-
-
-def stage_reads(schedule: Schedule) -> Schedule:
-    """The schedule with no step reading a slot that the same step writes, and the same final state.
-
-    Before each step that does, a step of local copies saves every source range it reads and writes into
-    scratch slots after the schedule's own, and the step reads the copies instead. A schedule that needs
-    none is returned as it is.
-    """
-    base = schedule.scratch_chunks
-    steps: list[Step] = []
-    extra = 0
-    for step in schedule.steps:
-        written = {s for t in step.transfers for s in _slots(t.dst, t.dst_buf, t.dst_index, t.count)}
-        staged: dict[tuple[int, Buf, int, int], int] = {}
-        used: dict[int, int] = {}
-        copies: list[Transfer] = []
-        out: list[Transfer] = []
-        for t in step.transfers:
-            if not any(s in written for s in _slots(t.src, t.src_buf, t.src_index, t.count)):
-                out.append(t)
-                continue
-            key = (t.src, t.src_buf, t.src_index, t.count)
-            if key not in staged:
-                staged[key] = base + used.get(t.src, 0)
-                used[t.src] = used.get(t.src, 0) + t.count
-                copies.append(Transfer(t.src, t.src, t.src_buf, t.src_index, Buf.SCRATCH, staged[key], t.count))
-            out.append(t._replace(src_buf=Buf.SCRATCH, src_index=staged[key]))
-        if copies:
-            steps.append(Step(tuple(copies)))
-            extra = max(extra, *used.values())
-        steps.append(Step(tuple(out)) if copies else step)
-    if not extra:
-        return schedule
-    return Schedule(schedule.collective, schedule.name, steps, base + extra)
 
 
 def _chunk(buf: Buf, index: int, count: int) -> dict[str, Any]:
@@ -81,6 +43,7 @@ class _Gpu:
         self.peers = peers
         self.channel = {q: k for k, q in enumerate(peers)}
         self.remote: dict[tuple[int, Buf], int] = {}
+        self.switch: list[tuple[Buf, tuple[int, ...]]] = []
         self.ops: list[dict[str, Any]] = []
 
     def remote_buffer(self, owner: int, buf: Buf) -> int:
@@ -115,6 +78,36 @@ def _owner(t: Transfer) -> int:
     return t.src if t.op is Op.COPY and t.src != t.dst else t.dst
 
 
+SwitchChannel = tuple[Buf, tuple[int, ...]]
+
+
+def _issuer(op: SwitchOp) -> int:
+    """The GPU that runs the op: a multicast's source, a reduction's first source (a member of both groups)."""
+    return min(e.rank for e in op.sources)
+
+
+def _switch_channels(op: SwitchOp) -> tuple[SwitchChannel | None, SwitchChannel]:
+    """The switch channels (buffer, group) an op reads through (None: a multicast reads locally) and stores to."""
+    dst = (op.targets[0].buf, group_of(op))
+    if op.op is SwitchOpKind.MULTICAST:
+        return None, dst
+    return (op.sources[0].buf, tuple(sorted(e.rank for e in op.sources))), dst
+
+
+def _switch_op(op: SwitchOp, ids: dict[SwitchChannel, int]) -> dict[str, Any]:
+    """The glres (reduction) or gstore (multicast) of a switch op in the writer's form (see staging)."""
+    src_ch, dst_ch = _switch_channels(op)
+    n = op.count
+    dst = {"switch_channel_id": ids[dst_ch], "index": op.targets[0].index, "size": n}
+    if src_ch is None:
+        s = op.sources[0]
+        return {"name": "gstore", "src_buff": [_chunk(s.buf, s.index, n)], "dst_buff": [dst],
+                "channel_type": "switch", "switch": op.switch}
+    src = {"switch_channel_id": ids[src_ch], "index": op.sources[0].index, "size": n}
+    return {"name": "glres", "src_buff": [src], "dst_buff": [dst], "channel_type": "switch", "reduce_op": "sum",
+            "switch": op.switch}
+
+
 def to_plan(schedule: Schedule, *, name: str | None = None) -> dict[str, Any]:
     """The MSCCL++ execution plan of ``schedule`` as a JSON-ready dict (see the module docstring).
 
@@ -126,13 +119,25 @@ def to_plan(schedule: Schedule, *, name: str | None = None) -> dict[str, Any]:
                             f"{', '.join(sorted(k.value for k in PLAN_KINDS))}")
     staged = stage_reads(schedule)
     p = coll.ranks
+    by_step = switch_ops_by_step(staged)
     step_peers = [[set[int]() for _ in range(p)] for _ in staged.steps]
+    channels: set[SwitchChannel] = set()
     for si, step in enumerate(staged.steps):
         for t in step.transfers:
             if t.src != t.dst:
                 step_peers[si][t.src].add(t.dst)
                 step_peers[si][t.dst].add(t.src)
+        for op in by_step[si]:
+            src_ch, dst_ch = _switch_channels(op)
+            channels |= {dst_ch} if src_ch is None else {src_ch, dst_ch}
+            issuer = _issuer(op)
+            for q in group_of(op):  # the issuer reads from and stores to every member
+                if q != issuer:
+                    step_peers[si][issuer].add(q)
+                    step_peers[si][q].add(issuer)
     gpus = [_Gpu(r, sorted(set().union(*(sp[r] for sp in step_peers)))) for r in range(p)]
+    for gpu in gpus:
+        gpu.switch = [c for c in sorted(channels) if gpu.rank in c[1]]
     last: list[set[int]] = [set() for _ in range(p)]
     for si, step in enumerate(staged.steps):
         mine: list[list[Transfer]] = [[] for _ in range(p)]
@@ -152,6 +157,8 @@ def to_plan(schedule: Schedule, *, name: str | None = None) -> dict[str, Any]:
                     written.clear()
                 written |= slots
                 gpu.ops.append(_op_of(t, gpu))
+            ids = {c: k for k, c in enumerate(gpu.switch)}
+            gpu.ops.extend(_switch_op(op, ids) for op in by_step[si] if _issuer(op) == r)
             last[r] = step_peers[si][r]
     for r, gpu in enumerate(gpus):
         if last[r]:
@@ -170,7 +177,8 @@ def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]
         tb: dict[str, Any] = {
             "id": 0,
             "ops": gpu.ops,
-            "channels": [{"channel_type": "memory", "channel_ids": all_ids}] if all_ids else [],
+            "channels": ([{"channel_type": "memory", "channel_ids": all_ids}] if all_ids else [])
+            + ([{"channel_type": "switch", "channel_ids": list(range(len(gpu.switch)))}] if gpu.switch else []),
             "remote_buffer_refs": ([{"access_channel_type": "memory", "remote_buffer_ids": list(range(len(remote)))}]
                                    if remote else []),
         }
@@ -180,7 +188,9 @@ def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]
             "output_chunks": outputs,
             "scratch_chunks": schedule.scratch_chunks,
             "threadblocks": [tb] if gpu.ops else [],
-            "channels": [{"channel_type": "memory", "connected_to": gpu.peers}] if gpu.peers else [],
+            "channels": ([{"channel_type": "memory", "connected_to": gpu.peers}] if gpu.peers else [])
+            + [{"channel_type": "switch", "buffer_type": BUF_CODE[buf],
+                "rank_groups": [{"size": len(group), "ranks": list(group)}]} for buf, group in gpu.switch],
             "remote_buffers": [{"rank": owner, "type": BUF_CODE[buf], "access_channel_types": ["memory"]}
                                for (owner, buf), _ in remote],
             "semaphores": [],

@@ -25,6 +25,7 @@ from algorithms.ir import Buf, Collective, Kind, Schedule, Transfer
 from sim.cli import main
 from sim.verify import verify
 from sim.verify.verifier import execute
+from tests.algorithms import switch_cases
 from tests.algorithms.formats.mscclpp_emulator import emulate, expected, inputs
 
 # (kind, algorithm): the library's ring and direct algorithms, and others with exchanges and roots.
@@ -213,3 +214,82 @@ def test_reductions_into_one_slot_are_serialised() -> None:
     names = [o["name"] for o in ops]
     first = names.index("rre")
     assert names[first:first + 3] == ["rre", "nop", "rre"]
+
+
+# ------------------------------------------------------------------ switch operations (glres, gstore)
+
+
+@pytest.mark.parametrize("p", (2, 3, 4, 8))
+def test_switch_schedules_round_trip_and_compute_the_collective(p: int) -> None:
+    for s in switch_cases.every(p, chunks=2):
+        plan = to_plan(s)
+        back = from_plan(plan)
+        assert verify(back).ok, s.name
+        assert _final(back) == _final(s), s.name
+        assert back.switch_ops, s.name  # the switch operations stay switch operations
+        want = expected(s.collective, inputs(s.collective))
+        for seed in range(3):
+            got = emulate(plan, s.collective, seed)
+            assert all(np.array_equal(got[r], want[r]) for r in want), f"{s.name} p={p} seed {seed}"
+
+
+@pytest.mark.parametrize("p", (2, 4))
+def test_switch_channels_follow_the_executors_rules(p: int) -> None:
+    for s in switch_cases.every(p, chunks=2):
+        plan = to_plan(s)
+        declared: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
+        for g in plan["gpus"]:
+            groups = [(ch["buffer_type"], tuple(rg["ranks"])) for ch in g["channels"]
+                      if ch["channel_type"] == "switch" for rg in ch["rank_groups"]]
+            for ch in g["channels"]:
+                for rg in ch.get("rank_groups", []):
+                    assert rg["size"] == len(rg["ranks"]) and g["id"] in rg["ranks"]
+            declared[g["id"]] = groups
+            for tb in g["threadblocks"]:
+                ids = _tb_ids(tb, "switch")
+                assert all(0 <= c < len(groups) for c in ids)
+                for op in tb["ops"]:
+                    if op["name"] in ("glres", "gstore"):
+                        assert op["channel_type"] == "switch"
+                        for b in op["src_buff"] + op["dst_buff"]:
+                            if "switch_channel_id" in b:
+                                assert 0 <= b["switch_channel_id"] < len(ids)
+                        if op["name"] == "gstore":
+                            assert "type" in op["src_buff"][0]
+        # Setting up a multicast object takes every member: each declares every group it belongs to.
+        every = {c for groups in declared.values() for c in groups}
+        for r, groups in declared.items():
+            assert set(groups) == {c for c in every if r in c[1]}, (s.name, r)
+
+
+def test_a_hand_written_nvls_plan_reads_as_an_all_reduce() -> None:
+    # Two GPUs, two chunks of input; each loads-reduces its own chunk through one switch channel over the
+    # input of both and stores the sum to both (the shape of mscclpp's NVLS all-reduce examples).
+    def gpu(r: int) -> dict:
+        return {"id": r, "input_chunks": 2, "output_chunks": 2, "scratch_chunks": 0, "remote_buffers": [],
+                "channels": [{"channel_type": "memory", "connected_to": [1 - r]},
+                             {"channel_type": "switch", "buffer_type": "i",
+                              "rank_groups": [{"size": 2, "ranks": [0, 1]}]}],
+                "threadblocks": [{"id": 0, "channels": [{"channel_type": "memory", "channel_ids": [0]},
+                                                        {"channel_type": "switch", "channel_ids": [0]}],
+                                  "ops": [{"name": "signal", "channel_ids": [0], "channel_type": "memory"},
+                                          {"name": "wait", "channel_ids": [0], "channel_type": "memory"},
+                                          {"name": "glres", "channel_type": "switch", "reduce_op": "sum",
+                                           "src_buff": [{"switch_channel_id": 0, "index": r, "size": 1}],
+                                           "dst_buff": [{"switch_channel_id": 0, "index": r, "size": 1}]},
+                                          {"name": "signal", "channel_ids": [0], "channel_type": "memory"},
+                                          {"name": "wait", "channel_ids": [0], "channel_type": "memory"}]}]}
+
+    plan = {"name": "nvls2", "collective": "allreduce", "protocol": "Simple", "inplace": True,
+            "gpus": [gpu(0), gpu(1)]}
+    s = from_plan(plan)
+    assert s.collective == Collective(Kind.ALLREDUCE, 2, 2) and s.num_transfers == 0 and len(s.switch_ops) == 2
+    assert verify(s).ok
+    bad = json.loads(json.dumps(plan))
+    bad["gpus"][1]["channels"][1]["rank_groups"][0]["size"] = 3
+    with pytest.raises(ScheduleError, match=r"gpu 1 channels\[1\] rank_groups\[0\]: size is 3"):
+        from_plan(bad)
+    bad = json.loads(json.dumps(plan))
+    bad["gpus"][0]["threadblocks"][0]["ops"][2]["src_buff"][0]["switch_channel_id"] = 1
+    with pytest.raises(ScheduleError, match=r"gpu 0 threadblock 0 op 2 src_buff\[0\]: switch_channel_id 1 out of"):
+        from_plan(bad)
