@@ -88,7 +88,7 @@ class _Stream:
 def _levels(plan: ExecutionPlan) -> list[tuple[int, int, PlanOp]]:
     """Every data op with its step, by replaying the thread blocks with their signals and waits."""
     streams = [_Stream(g.id, tb.ops) for g in plan.gpus for tb in g.threadblocks]
-    sent: dict[tuple[int, int, int], deque[int]] = {}  # (from gpu, to gpu, k-th channel) -> clocks signalled
+    sent: dict[tuple[int, int, str, int], deque[int]] = {}  # (from, to, type, k-th channel) -> clocks signalled
     ready = deque(range(len(streams)))
     while ready:
         s = streams[ready.popleft()]
@@ -104,13 +104,13 @@ def _levels(plan: ExecutionPlan) -> list[tuple[int, int, PlanOp]]:
             elif op.name in ("signal", "rlxsignal"):
                 s.close()
                 for peer, k in op.channels:
-                    sent.setdefault((s.gpu, peer, k), deque()).append(s.clock)
+                    sent.setdefault((s.gpu, peer, op.channel_type, k), deque()).append(s.clock)
             elif op.name in ("wait", "rlxwait"):
                 s.close()
-                if not all(sent.get((peer, s.gpu, k)) for peer, k in op.channels):
+                if not all(sent.get((peer, s.gpu, op.channel_type, k)) for peer, k in op.channels):
                     break
                 for peer, k in op.channels:
-                    s.clock = max(s.clock, sent[(peer, s.gpu, k)].popleft())
+                    s.clock = max(s.clock, sent[(peer, s.gpu, op.channel_type, k)].popleft())
             else:
                 raise ScheduleError(f"{op.where}: op {op.name!r} is outside the subset this reader covers "
                                     f"({', '.join(_DATA_OPS + _QUIET + tuple(sorted(SYNC_OPS)))})")

@@ -20,9 +20,9 @@ every rank of its group.
 
 from __future__ import annotations
 
-from algorithms.ir import Buf, Endpoint, Schedule, Step, SwitchOp, Transfer, switch_ops_by_step
+from algorithms.ir import Buf, Endpoint, Op, Schedule, Step, SwitchOp, Transfer, switch_ops_by_step
 
-__all__ = ["group_of", "is_direct", "stage_reads"]
+__all__ = ["group_of", "is_direct", "receive_across_nodes", "stage_reads"]
 
 Slot = tuple[int, Buf, int]
 
@@ -133,3 +133,34 @@ def stage_reads(schedule: Schedule) -> Schedule:
         return schedule
     return Schedule(schedule.collective, schedule.name, steps, base + extra, switch_ops=ops_out)
 
+
+
+def receive_across_nodes(schedule: Schedule, node: list[int]) -> Schedule:
+    """The schedule with every reduction between ranks of different nodes (``node[r]``) received first: the
+    sender copies into fresh scratch of the receiver in the transfer's step, and a step after it adds that
+    locally. Port channels write remote memory but cannot read it, so ``rre`` has no cross-node form."""
+    base = schedule.scratch_chunks
+    if not any(t.op is Op.REDUCE and node[t.src] != node[t.dst] for step in schedule.steps for t in step.transfers):
+        return schedule
+    shift = 0
+    steps: list[Step] = []
+    ops: list[SwitchOp] = []
+    extra = 0
+    for si, (step, sw) in enumerate(zip(schedule.steps, switch_ops_by_step(schedule), strict=True)):
+        fresh = _Scratch(base)
+        out: list[Transfer] = []
+        post: list[Transfer] = []
+        for t in step.transfers:
+            if t.op is Op.REDUCE and node[t.src] != node[t.dst]:
+                at = fresh.take([t.dst], t.count)
+                out.append(t._replace(dst_buf=Buf.SCRATCH, dst_index=at, op=Op.COPY))
+                post.append(Transfer(t.dst, t.dst, Buf.SCRATCH, at, t.dst_buf, t.dst_index, t.count, Op.REDUCE))
+            else:
+                out.append(t)
+        ops.extend(SwitchOp(o.op, o.switch, o.sources, o.targets, o.count, si + shift) for o in sw)
+        steps.append(Step(tuple(out)))
+        if post:
+            steps.append(Step(tuple(post)))
+            shift += 1
+        extra = max(extra, fresh.most())
+    return Schedule(schedule.collective, schedule.name, steps, base + extra, switch_ops=ops)

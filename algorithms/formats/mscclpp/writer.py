@@ -21,7 +21,7 @@ from typing import Any
 
 from algorithms.errors import ScheduleError
 from algorithms.formats.mscclpp.plan import BUF_CODE
-from algorithms.formats.mscclpp.staging import group_of, stage_reads
+from algorithms.formats.mscclpp.staging import group_of, receive_across_nodes, stage_reads
 from algorithms.ir import Buf, Kind, Op, Schedule, SwitchOp, SwitchOpKind, Transfer, switch_ops_by_step
 
 __all__ = ["PLAN_KINDS", "dumps_plan", "save_plan", "to_plan"]
@@ -36,25 +36,31 @@ def _chunk(buf: Buf, index: int, count: int) -> dict[str, Any]:
 
 
 class _Gpu:
-    """One GPU's plan while it is written: its peers (one memory channel each) and remote buffers."""
+    """One GPU's plan while it is written: its peers (one channel each: memory within its node, port across
+    nodes), its remote buffers per channel type, its switch channels and its ops."""
 
-    def __init__(self, rank: int, peers: list[int]) -> None:
+    def __init__(self, rank: int, peers: list[int], node: list[int]) -> None:
         self.rank = rank
-        self.peers = peers
-        self.channel = {q: k for k, q in enumerate(peers)}
-        self.remote: dict[tuple[int, Buf], int] = {}
+        self.kind = {q: "memory" if node[q] == node[rank] else "port" for q in peers}
+        self.peers = {t: [q for q in peers if self.kind[q] == t] for t in ("memory", "port")}
+        self.channel = {q: self.peers[self.kind[q]].index(q) for q in peers}
+        self.remote: dict[str, dict[tuple[int, Buf], int]] = {"memory": {}, "port": {}}
         self.switch: list[tuple[Buf, tuple[int, ...]]] = []
         self.ops: list[dict[str, Any]] = []
 
     def remote_buffer(self, owner: int, buf: Buf) -> int:
-        return self.remote.setdefault((owner, buf), len(self.remote))
+        table = self.remote[self.kind[owner]]
+        return table.setdefault((owner, buf), len(table))
 
     def meet(self, peers: set[int]) -> None:
-        """Signal every peer, then wait for each: a pairwise barrier, closing the step before it."""
-        ids = [self.channel[q] for q in sorted(peers)]
+        """Signal every peer, then wait for each: a pairwise barrier, closing the step before it. Port
+        channels flush first, so that the proxy has carried out every put before the signal."""
         self.ops.append({"name": "nop"})
-        self.ops.append({"name": "signal", "channel_ids": ids, "channel_type": "memory"})
-        self.ops.append({"name": "wait", "channel_ids": ids, "channel_type": "memory"})
+        ids = {t: [self.channel[q] for q in sorted(peers) if self.kind[q] == t] for t in ("memory", "port")}
+        if ids["port"]:
+            self.ops.append({"name": "flush", "channel_ids": ids["port"], "channel_type": "port"})
+        for name in ("signal", "wait"):
+            self.ops.extend({"name": name, "channel_ids": ids[t], "channel_type": t} for t in ids if ids[t])
         self.ops.append({"name": "nop"})
 
 
@@ -67,8 +73,15 @@ def _op_of(t: Transfer, gpu: _Gpu) -> dict[str, Any]:
             return {"name": "copy", "src_buff": [src], "dst_buff": [dst]}
         return {"name": "re", "src_buff": [dst, src], "dst_buff": [dst], "reduce_op": "sum"}
     if t.op is Op.COPY:
+        kind = gpu.kind[t.dst]
         remote = {"buffer_id": gpu.remote_buffer(t.dst, t.dst_buf), "index": t.dst_index, "size": t.count}
-        return {"name": "put", "src_buff": [src], "dst_buff": [remote], "channel_type": "memory"}
+        op: dict[str, Any] = {"name": "put", "src_buff": [src], "dst_buff": [remote], "channel_type": kind}
+        if kind == "port":  # the proxy needs the channel (execution_kernel.hpp, handlePut)
+            op["channel_ids"] = [gpu.channel[t.dst]]
+        return op
+    if gpu.kind[t.src] == "port":
+        raise ScheduleError(f"mscclpp: {t!r} reads across nodes, which port channels cannot (internal: the "
+                            "writer receives such reductions into scratch first)")
     remote = {"buffer_id": gpu.remote_buffer(t.src, t.src_buf), "index": t.src_index, "size": t.count}
     return {"name": "rre", "src_buff": [dst, remote], "dst_buff": [dst], "channel_type": "memory",
             "reduce_op": "sum"}
@@ -108,17 +121,23 @@ def _switch_op(op: SwitchOp, ids: dict[SwitchChannel, int]) -> dict[str, Any]:
             "switch": op.switch}
 
 
-def to_plan(schedule: Schedule, *, name: str | None = None) -> dict[str, Any]:
+def to_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: int | None = None) -> dict[str, Any]:
     """The MSCCL++ execution plan of ``schedule`` as a JSON-ready dict (see the module docstring).
 
-    ``ScheduleError`` for a barrier (no data to move).
+    ``ranks_per_node``: ranks r and q share a node (an NVLink domain: memory and switch channels) when
+    r // ranks_per_node == q // ranks_per_node; across nodes, port channels carry the data. Default: one node.
+    ``ScheduleError`` for a barrier (no data to move) and for a switch operation whose ranks span nodes.
     """
     coll = schedule.collective
     if coll.kind not in PLAN_KINDS:
         raise ScheduleError(f"mscclpp: a {coll.kind} has no data for the executor to move; plans hold "
                             f"{', '.join(sorted(k.value for k in PLAN_KINDS))}")
-    staged = stage_reads(schedule)
     p = coll.ranks
+    if ranks_per_node is not None and (isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int)
+                                       or ranks_per_node < 1):
+        raise ScheduleError(f"mscclpp: ranks_per_node must be an integer >= 1, got {ranks_per_node!r}")
+    node = [r // (ranks_per_node or p) for r in range(p)]
+    staged = stage_reads(receive_across_nodes(schedule, node))
     by_step = switch_ops_by_step(staged)
     step_peers = [[set[int]() for _ in range(p)] for _ in staged.steps]
     channels: set[SwitchChannel] = set()
@@ -128,6 +147,10 @@ def to_plan(schedule: Schedule, *, name: str | None = None) -> dict[str, Any]:
                 step_peers[si][t.src].add(t.dst)
                 step_peers[si][t.dst].add(t.src)
         for op in by_step[si]:
+            if len({node[r] for r in group_of(op)}) > 1:
+                raise ScheduleError(f"mscclpp: step {op.step} switch op ({op.describe()}) spans nodes "
+                                    f"{sorted({node[r] for r in group_of(op)})}; MSCCL++'s switch channels are "
+                                    "NVLink SHARP multicast objects, within one node")
             src_ch, dst_ch = _switch_channels(op)
             channels |= {dst_ch} if src_ch is None else {src_ch, dst_ch}
             issuer = _issuer(op)
@@ -135,7 +158,7 @@ def to_plan(schedule: Schedule, *, name: str | None = None) -> dict[str, Any]:
                 if q != issuer:
                     step_peers[si][issuer].add(q)
                     step_peers[si][q].add(issuer)
-    gpus = [_Gpu(r, sorted(set().union(*(sp[r] for sp in step_peers)))) for r in range(p)]
+    gpus = [_Gpu(r, sorted(set().union(*(sp[r] for sp in step_peers))), node) for r in range(p)]
     for gpu in gpus:
         gpu.switch = [c for c in sorted(channels) if gpu.rank in c[1]]
     last: list[set[int]] = [set() for _ in range(p)]
@@ -172,15 +195,17 @@ def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]
     for r, gpu in enumerate(gpus):
         inputs = coll.input_chunks(r)
         outputs = inputs if coll.in_place else coll.output_chunks(r)
-        all_ids = list(range(len(gpu.peers)))
-        remote = sorted(gpu.remote.items(), key=lambda kv: kv[1])
+        kinds = [t for t in ("memory", "port") if gpu.peers[t]]
+        remote = {t: sorted(gpu.remote[t].items(), key=lambda kv: kv[1]) for t in ("memory", "port")}
         tb: dict[str, Any] = {
             "id": 0,
             "ops": gpu.ops,
-            "channels": ([{"channel_type": "memory", "channel_ids": all_ids}] if all_ids else [])
+            "channels": [{"channel_type": t, "channel_ids": list(range(len(gpu.peers[t])))} for t in kinds]
             + ([{"channel_type": "switch", "channel_ids": list(range(len(gpu.switch)))}] if gpu.switch else []),
-            "remote_buffer_refs": ([{"access_channel_type": "memory", "remote_buffer_ids": list(range(len(remote)))}]
-                                   if remote else []),
+            "remote_buffer_refs": [
+                {"access_channel_type": t, "remote_buffer_ids": [k + (len(remote["memory"]) if t == "port" else 0)
+                                                                 for k in range(len(remote[t]))]}
+                for t in ("memory", "port") if remote[t]],
         }
         out.append({
             "id": r,
@@ -188,11 +213,11 @@ def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]
             "output_chunks": outputs,
             "scratch_chunks": schedule.scratch_chunks,
             "threadblocks": [tb] if gpu.ops else [],
-            "channels": ([{"channel_type": "memory", "connected_to": gpu.peers}] if gpu.peers else [])
+            "channels": [{"channel_type": t, "connected_to": gpu.peers[t]} for t in kinds]
             + [{"channel_type": "switch", "buffer_type": BUF_CODE[buf],
                 "rank_groups": [{"size": len(group), "ranks": list(group)}]} for buf, group in gpu.switch],
-            "remote_buffers": [{"rank": owner, "type": BUF_CODE[buf], "access_channel_types": ["memory"]}
-                               for (owner, buf), _ in remote],
+            "remote_buffers": [{"rank": owner, "type": BUF_CODE[buf], "access_channel_types": [t]}
+                               for t in ("memory", "port") for (owner, buf), _ in remote[t]],
             "semaphores": [],
         })
     doc: dict[str, Any] = {
@@ -214,11 +239,12 @@ def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]
     return doc
 
 
-def dumps_plan(schedule: Schedule, *, name: str | None = None) -> str:
-    """The plan of ``schedule`` as JSON text (one op per line inside each thread block)."""
-    return json.dumps(to_plan(schedule, name=name), indent=1) + "\n"
+def dumps_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: int | None = None) -> str:
+    """The plan of ``schedule`` as JSON text (see ``to_plan``)."""
+    return json.dumps(to_plan(schedule, name=name, ranks_per_node=ranks_per_node), indent=1) + "\n"
 
 
-def save_plan(schedule: Schedule, path: str | os.PathLike[str], *, name: str | None = None) -> None:
-    """Write the plan of ``schedule`` to ``path``."""
-    Path(path).write_text(dumps_plan(schedule, name=name))
+def save_plan(schedule: Schedule, path: str | os.PathLike[str], *, name: str | None = None,
+              ranks_per_node: int | None = None) -> None:
+    """Write the plan of ``schedule`` to ``path`` (see ``to_plan``)."""
+    Path(path).write_text(dumps_plan(schedule, name=name, ranks_per_node=ranks_per_node))

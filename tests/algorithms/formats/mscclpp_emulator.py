@@ -52,10 +52,10 @@ def expected(coll: Collective, given: dict[int, np.ndarray]) -> dict[int, np.nda
     return out
 
 
-def _memory_peers(gpu: dict[str, Any]) -> list[tuple[int, int]]:
+def _peers(gpu: dict[str, Any], ctype: str) -> list[tuple[int, int]]:
     peers, seen = [], {}
     for ch in gpu["channels"]:
-        if ch["channel_type"] == "memory":
+        if ch["channel_type"] == ctype:
             for q in ch["connected_to"]:
                 seen[q] = seen.get(q, 0) + 1
                 peers.append((q, seen[q] - 1))
@@ -76,7 +76,7 @@ def run_plan(plan: dict[str, Any], bufs: Buffers, seed: int) -> None:
             bufs[(r, "o")] = bufs[(r, "i")]
     tbs = [(g["id"], tb) for g in gpus for tb in g["threadblocks"]]
     pc = [0] * len(tbs)
-    signals: dict[tuple[int, int, int], int] = {}  # (from, to, k) -> signals not yet waited for
+    signals: dict[tuple[int, int, str, int], int] = {}  # (from, to, channel type, k) -> signals not yet waited for
 
     def channel(gpu: int, tb: dict[str, Any], ctype: str, i: int) -> int:
         ids = [c for ch in tb["channels"] if ch["channel_type"] == ctype for c in ch["channel_ids"]]
@@ -104,10 +104,11 @@ def run_plan(plan: dict[str, Any], bufs: Buffers, seed: int) -> None:
         op = tb["ops"][pc[i]]
         if op["name"] != "wait":
             return True
-        peers = _memory_peers(gpus[gpu])
+        ctype = op["channel_type"]
+        peers = _peers(gpus[gpu], ctype)
         for c in op["channel_ids"]:
-            q, k = peers[channel(gpu, tb, "memory", c)]
-            if signals.get((q, gpu, k), 0) < 1:
+            q, k = peers[channel(gpu, tb, ctype, c)]
+            if signals.get((q, gpu, ctype, k), 0) < 1:
                 return False
         return True
 
@@ -121,16 +122,18 @@ def run_plan(plan: dict[str, Any], bufs: Buffers, seed: int) -> None:
         pc[i] += 1
         name, ctype = op["name"], op.get("channel_type", "none")
         if name in ("signal", "wait"):
-            peers = _memory_peers(gpus[gpu])
+            peers = _peers(gpus[gpu], ctype)
             for c in op["channel_ids"]:
-                q, k = peers[channel(gpu, tb, "memory", c)]
+                q, k = peers[channel(gpu, tb, ctype, c)]
                 if name == "signal":
-                    signals[(gpu, q, k)] = signals.get((gpu, q, k), 0) + 1
+                    signals[(gpu, q, ctype, k)] = signals.get((gpu, q, ctype, k), 0) + 1
                 else:
-                    signals[(q, gpu, k)] -= 1
+                    signals[(q, gpu, ctype, k)] -= 1
             continue
-        if name == "nop":
+        if name in ("nop", "flush"):
             continue
+        if name == "rre" and ctype == "port":
+            raise AssertionError("a port channel cannot read remote memory")
         src = [(where(gpu, tb, b, ctype), b) for b in op["src_buff"]]
         dst = [(where(gpu, tb, b, ctype), b) for b in op["dst_buff"]]
         if name in ("copy", "put"):

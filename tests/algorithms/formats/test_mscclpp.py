@@ -293,3 +293,67 @@ def test_a_hand_written_nvls_plan_reads_as_an_all_reduce() -> None:
     bad["gpus"][0]["threadblocks"][0]["ops"][2]["src_buff"][0]["switch_channel_id"] = 1
     with pytest.raises(ScheduleError, match=r"gpu 0 threadblock 0 op 2 src_buff\[0\]: switch_channel_id 1 out of"):
         from_plan(bad)
+
+
+# ------------------------------------------------------------------ several nodes: port channels
+
+
+@pytest.mark.parametrize(("kind", "algorithm"), COVERED)
+def test_across_nodes_data_goes_over_port_channels_and_the_plan_still_computes(kind: str, algorithm: str) -> None:
+    p, per_node = 4, 2
+    s = build(kind, algorithm, p)
+    plan = to_plan(s, ranks_per_node=per_node)
+    for g in plan["gpus"]:
+        r = g["id"]
+        for ch in g["channels"]:
+            if ch["channel_type"] in ("memory", "port"):
+                same = {q // per_node == r // per_node for q in ch["connected_to"]}
+                assert same <= {ch["channel_type"] == "memory"}, (r, ch)
+        port_buffers = [i for i, rb in enumerate(g["remote_buffers"]) if rb["access_channel_types"] == ["port"]]
+        assert all(g["remote_buffers"][i]["rank"] // per_node != r // per_node for i in port_buffers)
+        for tb in g["threadblocks"]:
+            for op in tb["ops"]:
+                assert not (op["name"] == "rre" and op["channel_type"] == "port")  # a proxy cannot read
+                if op["name"] == "put" and op["channel_type"] == "port":
+                    assert len(op["channel_ids"]) == 1
+    back = from_plan(plan)
+    assert verify(back).ok and _final(back) == _final(s)
+    want = expected(s.collective, inputs(s.collective))
+    for seed in range(4):
+        got = emulate(plan, s.collective, seed)
+        assert all(np.array_equal(got[r], want[r]) for r in want), seed
+
+
+def test_a_switch_operation_across_nodes_is_refused_and_one_within_a_node_is_not() -> None:
+    with pytest.raises(ScheduleError, match=r"step 0 switch op \(reduce@sw .*\) spans nodes \[0, 1\]"):
+        to_plan(switch_cases.sharp_allreduce(4), ranks_per_node=2)
+    s = switch_cases.nvls_allreduce(4)
+    assert from_plan(to_plan(s, ranks_per_node=4)) is not None
+    with pytest.raises(ScheduleError, match="ranks_per_node must be an integer >= 1"):
+        to_plan(s, ranks_per_node=0)
+
+
+@pytest.mark.parametrize(("p", "per_node"), [(4, 2), (8, 4)])
+def test_nvls_tree_on_several_nodes_keeps_its_switch_ops_within_each(p: int, per_node: int) -> None:
+    s = build("allreduce", "nvls_tree", p, group=per_node, chunks=2)
+    plan = to_plan(s, ranks_per_node=per_node)
+    for g in plan["gpus"]:
+        for ch in g["channels"]:
+            for rg in ch.get("rank_groups", []):
+                assert len({q // per_node for q in rg["ranks"]}) == 1
+    back = from_plan(plan)
+    assert verify(back).ok and _final(back) == _final(s)
+    want = expected(s.collective, inputs(s.collective))
+    got = emulate(plan, s.collective, 0)
+    assert all(np.array_equal(got[r], want[r]) for r in want)
+
+
+def test_cli_ranks_per_node_is_for_plans_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "tree.json"
+    assert main(["export", "-c", "allreduce", "-a", "nvls_tree", "-p", "4", "--param", "group=2",
+                 "--format", "mscclpp", "--ranks-per-node", "2", "-o", str(out)]) == 0
+    kinds = {ch["channel_type"] for ch in json.loads(out.read_text())["gpus"][0]["channels"]}
+    assert kinds == {"memory", "port", "switch"}
+    assert main(["export", "-c", "allreduce", "-a", "ring", "-p", "4", "--ranks-per-node", "2",
+                 "-o", str(tmp_path / "r.xml")]) == 2
+    assert "--ranks-per-node is for MSCCL++ plans" in capsys.readouterr().err
