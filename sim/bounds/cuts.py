@@ -31,6 +31,16 @@ convention of ``sim.engine.reference.chunk_bytes``) on N ranks. For a vertex set
   of those two bounds for M), which is what a two-phase schedule can reach;
   when every rank has the same in- and out-bandwidth it equals the traffic
   term, which proves two-phase schedules optimal there.
+  *With reducing switches* (``sim.topology.switches``: NVLink SHARP, InfiniBand
+  SHARP) the gossip argument fails, since a switch hands a rank a sum that no
+  rank held, and the traffic term becomes the *own-links* term
+  T >= M / min over ranks r of min(B+(r), B-(r)). Proof: fix every input but
+  rank r's; every other rank's result is then a one-to-one function of r's
+  M-byte input (adding a fixed sum is invertible), so M bytes of it must leave
+  r over r's out-links, wherever they are combined later; and r's result is a
+  one-to-one function of any one other rank's input, so M bytes must enter r
+  over its in-links. (It is the cut term at S = {r} and S = every node but r.)
+  Halving NCCL's ring traffic on a DGX H100 this way is what NVLS does.
 - broadcast (reduce): M bytes reach every rank from the root (to the root from
   every rank): T >= M / min over ranks w of the min cut root -> w (w -> root).
 - alltoall: every rank sends M/N bytes to every other, so at least
@@ -80,9 +90,10 @@ from networkx.algorithms.flow import build_residual_network, preflow_push
 from algorithms.errors import CollschedError
 from algorithms.ir import ROOTED_KINDS, Kind
 from sim.topology import Node, Topology
+from sim.topology.switches import reducing_switches
 
 __all__ = ["BOUND_KINDS", "Bound", "BoundError", "bound", "cut_ratio", "min_cut_bandwidth", "latency_term",
-           "rank_bandwidth", "routed_part"]
+           "own_link_bandwidth", "rank_bandwidth", "routed_part"]
 
 BOUND_KINDS: tuple[Kind, ...] = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE,
                                  Kind.ALLTOALL)
@@ -355,7 +366,7 @@ def routed_part(topology: Topology) -> Topology:
     its explicit routes kept: the network a schedule on ``topology`` can actually use."""
     keep = topology.routed_links()
     g = nx.DiGraph()
-    g.add_nodes_from(topology.graph.nodes)
+    g.add_nodes_from(topology.graph.nodes(data=True))  # with their attributes: a switch's capabilities
     for i in sorted(keep):
         u, v = topology.links[i]
         g.add_edge(u, v, **topology.graph.edges[u, v])
@@ -378,7 +389,8 @@ def _bound(kind: Kind, topology: Topology, size: float, root: int | None) -> Bou
     elif kind is Kind.ALLREDUCE:
         lo, cut = min_cut_bandwidth(topology, [(0, w) for w in range(1, n)] + [(w, 0) for w in range(1, n)])
         bw = m / lo
-        traffic = 2 * (n - 1) * m / rank_bandwidth(topology)
+        traffic = (m / own_link_bandwidth(topology) if reducing_switches(topology)
+                   else 2 * (n - 1) * m / rank_bandwidth(topology))
         ag, _ = cut_ratio(topology)
         rs, _ = cut_ratio(topology, reverse=True)
         ref = float(m / n * (ag + rs))
@@ -405,6 +417,13 @@ def rank_bandwidth(topology: Topology) -> Fraction:
     into = sum((net.inn.get(r, Fraction(0)) for r in ranks), Fraction(0))
     out = sum((net.out.get(r, Fraction(0)) for r in ranks), Fraction(0))
     return min(into, out)
+
+
+def own_link_bandwidth(topology: Topology) -> Fraction:
+    """min over ranks of min(bandwidth into the rank, out of it), exactly: the divisor of the all-reduce
+    traffic term where switches reduce (module docstring)."""
+    net = _Net(topology)
+    return min(min(net.inn.get(r, Fraction(0)), net.out.get(r, Fraction(0))) for r in range(topology.ranks))
 
 
 def _alltoall(topology: Topology, m: Fraction) -> tuple[Fraction, tuple[Node, ...]]:

@@ -34,6 +34,7 @@ def _cut_text(cut: tuple[Any, ...]) -> str:
 
 
 def _cmd_bound(args: argparse.Namespace) -> int:
+    from sim.topology.switches import reducing_switches
 
     size = parse_size(args.size)
     topo = topology_from_args(args)
@@ -46,7 +47,10 @@ def _cmd_bound(args: argparse.Namespace) -> int:
     terms = "two" if b.traffic_term is None else "three"
     print(f"  bound      {human_time(b.bound_s)} (the largest of the {terms} terms below: the {b.bottleneck} term)")
     print(f"  bandwidth  {human_time(b.bandwidth_s)} (exact: {b.bandwidth} s)")
-    if b.traffic_s is not None:
+    if b.traffic_s is not None and reducing_switches(topo):
+        print(f"  traffic    {human_time(b.traffic_s)} (exact: {b.traffic_term} s): switches reduce, so only M "
+              "bytes must leave and enter each rank over its own links")
+    elif b.traffic_s is not None:
         print(f"  traffic    {human_time(b.traffic_s)} (exact: {b.traffic_term} s): 2(N-1)·M bytes must "
               "enter (and leave) the ranks over their own links (one-way gossip)")
     print(f"  latency    {human_time(b.latency_s)}")

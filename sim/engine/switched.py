@@ -88,8 +88,11 @@ def lower(schedule: Schedule, topology: Topology, *, gates: bool) -> Lowered:
         agg = caps.bandwidth * max(1, _ports(g, sw))
         g.add_edge(sw, pin(j), bandwidth=agg, latency=0.0)
         g.add_edge(pin(j), sw, bandwidth=agg, latency=0.0)
-        g.add_edge(pout(j), sw, bandwidth=agg, latency=caps.latency)
-        g.add_edge(sw, pout(j), bandwidth=agg, latency=caps.latency)
+        # Cut-through: the result's first byte leaves once the contributions' first bytes are in, so the
+        # output also waits the slowest way in (no op beats a path's latency, as the bounds assume).
+        late = caps.latency + max((float(g.edges[u, sw]["latency"]) for u in g.predecessors(sw)), default=0.0)
+        g.add_edge(pout(j), sw, bandwidth=agg, latency=late)
+        g.add_edge(sw, pout(j), bandwidth=agg, latency=late)
         g.add_edge(hub(j), pout(j), bandwidth=GATE_BANDWIDTH, latency=0.0)
         g.add_edge(pout(j), hub(j), bandwidth=GATE_BANDWIDTH, latency=0.0)
     # Scratch of each op on each proxy and source rank: every op its own (no false dependencies between ops).

@@ -92,6 +92,7 @@ def chrome_trace(result: SimResult) -> dict[str, Any]:
         for s, e, flows in _busy_periods(per_link[lk]):
             events.append({"ph": "X", "pid": 1, "tid": tid, "ts": s * _US, "dur": (e - s) * _US,
                            "name": "busy", "cat": "link", "args": {"flows": flows}})
+    _switch_events(result, events)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
@@ -99,6 +100,23 @@ def chrome_trace(result: SimResult) -> dict[str, Any]:
                       "topology": topo.name, "mode": result.mode, "size_bytes": result.size,
                       "time_s": result.time, "ok": result.ok},
     }
+
+
+def _switch_events(result: SimResult, events: list[dict[str, Any]]) -> None:
+    """One lane per switch, an event per switch op (first leg's start to last leg's end)."""
+    ops = result.schedule.switch_ops
+    if not ops:
+        return
+    events.append({"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "switch ops"}})
+    lanes: dict[str, int] = {}
+    for op, (s, e) in zip(ops, result.switch_spans, strict=True):
+        tid = lanes.setdefault(op.switch, len(lanes))
+        if tid == len(lanes) - 1 and not any(ev.get("pid") == 2 and ev.get("tid") == tid for ev in events):
+            events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": tid, "args": {"name": op.switch}})
+        if s == s:  # not NaN: it ran
+            events.append({"ph": "X", "pid": 2, "tid": tid, "ts": s * _US, "dur": (e - s) * _US,
+                           "name": f"{op.op} @{op.switch}", "cat": f"step {op.step}",
+                           "args": {"step": op.step, "op": op.describe(), "bytes": op.count * result.chunk_bytes}})
 
 
 def _busy_periods(intervals: list[tuple[float, float]]) -> list[tuple[float, float, int]]:
@@ -149,7 +167,12 @@ def plot_timeline(result: SimResult, path: str | os.PathLike[str], *, max_ranks:
                     bars.setdefault((t.src, "wire"), []).append(
                         (send_start[i] * _US, (send_end[i] - send_start[i]) * _US))
             i += 1
-    colours = {"copy": "tab:blue", "reduce": "tab:orange", "wire": "black"}
+    for op, (a, z) in zip(sched.switch_ops, result.switch_spans, strict=True):  # on the row of every source
+        for e in op.sources:
+            if e.rank < shown and a == a:
+                bars.setdefault((e.rank, f"switch {op.op}"), []).append((a * _US, max(z - a, 0) * _US))
+    colours = {"copy": "tab:blue", "reduce": "tab:orange", "wire": "black", "switch multicast": "tab:green",
+               "switch reduce": "tab:red"}
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.28 * shown))
     for (r, kind), xs in bars.items():
         if kind == "wire":
@@ -165,7 +188,9 @@ def plot_timeline(result: SimResult, path: str | os.PathLike[str], *, max_ranks:
     ax.set_title(f"{sched.name} {sched.collective.describe()} on {result.topology.name}, "
                  f"{result.mode}: {result.time * 1e3:.4g} ms{more}", fontsize=9)
     ax.legend(handles=[Patch(color=colours["copy"], label="copy"), Patch(color=colours["reduce"], label="reduce"),
-                       Patch(color=colours["wire"], alpha=0.35, label="on the wire")],
+                       Patch(color=colours["wire"], alpha=0.35, label="on the wire"),
+                       *(Patch(color=colours[k], label=k) for k in ("switch multicast", "switch reduce")
+                         if any(kind == k for _r, kind in bars))],
               loc="upper right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -93,7 +93,7 @@ DGX_NVSWITCH = SwitchCaps(
 """The third-generation NVSwitch of a DGX H100 (NVLink SHARP): reduces and multicasts."""
 
 IB_SHARP = SwitchCaps(
-    reduce=True, multicast=True, bandwidth=50e9 * 0.94, latency=SHARP_LATENCY,
+    reduce=True, multicast=True, bandwidth=50e9 * 0.94, latency=SHARP_LATENCY, domain="sharp",
     source="Quantum-2 SHARP at the NDR port rate NCCL reaches (50 GB/s x 0.94, nccl-tests issue 290); "
            "NCCL src/graph/tuning.cc hwLat[NET][NVLS] 18 us")
 """An InfiniBand NDR switch with SHARP (``dgx-h100:N+sharp``): aggregates at its ports' rate."""
