@@ -88,11 +88,17 @@ class _Stream:
 def _levels(plan: ExecutionPlan) -> list[tuple[int, int, PlanOp]]:
     """Every data op with its step, by replaying the thread blocks with their signals and waits."""
     streams = [_Stream(g.id, tb.ops) for g in plan.gpus for tb in g.threadblocks]
+    of_gpu: dict[int, list[int]] = {}
+    for i, o in enumerate(streams):
+        of_gpu.setdefault(o.gpu, []).append(i)
     sent: dict[tuple[int, int, str, int], deque[int]] = {}  # (from, to, type, k-th channel) -> clocks signalled
     ready = deque(range(len(streams)))
+    queued = set(ready)
     while ready:
-        s = streams[ready.popleft()]
-        progressed = False
+        i = ready.popleft()
+        queued.discard(i)
+        s = streams[i]
+        woken: set[int] = set()
         while s.pc < len(s.ops):
             op = s.ops[s.pc]
             if op.name in _DATA_OPS:
@@ -105,6 +111,7 @@ def _levels(plan: ExecutionPlan) -> list[tuple[int, int, PlanOp]]:
                 s.close()
                 for peer, k in op.channels:
                     sent.setdefault((s.gpu, peer, op.channel_type, k), deque()).append(s.clock)
+                    woken.add(peer)
             elif op.name in ("wait", "rlxwait"):
                 s.close()
                 if not all(sent.get((peer, s.gpu, op.channel_type, k)) for peer, k in op.channels):
@@ -115,11 +122,13 @@ def _levels(plan: ExecutionPlan) -> list[tuple[int, int, PlanOp]]:
                 raise ScheduleError(f"{op.where}: op {op.name!r} is outside the subset this reader covers "
                                     f"({', '.join(_DATA_OPS + _QUIET + tuple(sorted(SYNC_OPS)))})")
             s.pc += 1
-            progressed = True
         if s.pc == len(s.ops):
             s.close()
-        if progressed:
-            ready.extend(i for i, o in enumerate(streams) if o.pc < len(o.ops) and i not in ready)
+        for g in woken:  # only a signal can let a waiting thread block go on
+            for j in of_gpu.get(g, []):
+                if j not in queued and streams[j].pc < len(streams[j].ops):
+                    ready.append(j)
+                    queued.add(j)
     stuck = [o for o in streams if o.pc < len(o.ops)]
     if stuck:
         raise ScheduleError(f"{stuck[0].ops[stuck[0].pc].where}: waits for a signal no gpu sends (the plan "
