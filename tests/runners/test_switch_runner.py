@@ -61,3 +61,8 @@ def test_a_schedule_whose_lowering_fails_is_refused_naming_it(monkeypatch: pytes
     with pytest.raises(SwitchError, match=r"hand-sharp allreduce p=2 C=1: its switch operations \(step 0: "
                                           r"reduce@sw .*\) cannot run as point-to-point transfers: schedule addresses"):
         switching.on_torch(switch_cases.sharp_allreduce(2))
+
+
+def test_no_multicast_on_a_cpu() -> None:
+    # The symmetric-memory probe says no wherever there is no CUDA device: the lowering then runs.
+    assert switching.multicast_available(torch.device("cpu")) is False

@@ -357,3 +357,14 @@ def test_cli_ranks_per_node_is_for_plans_only(tmp_path: Path, capsys: pytest.Cap
     assert main(["export", "-c", "allreduce", "-a", "ring", "-p", "4", "--ranks-per-node", "2",
                  "-o", str(tmp_path / "r.xml")]) == 2
     assert "--ranks-per-node is for MSCCL++ plans" in capsys.readouterr().err
+
+
+def test_loading_a_bad_plan_file_names_the_file(tmp_path: Path) -> None:
+    from algorithms.formats import load
+
+    path = tmp_path / "plan.json"
+    d = _plan()
+    d["gpus"][0]["threadblocks"][0]["ops"][1]["channel_type"] = "carrier-pigeon"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ScheduleError, match=rf"{path}: gpu 0 threadblock 0 op 1: unknown channel_type"):
+        load(path)
