@@ -77,6 +77,20 @@ def library(p: int, **params: int) -> list[Schedule]:
     return out
 
 
+def across_nodes(p: int, **params: int) -> list[Schedule]:
+    """The library's two-level algorithms with nodes of two ranks (NVLS in each, the network between)."""
+    if p < 4 or p % 2:
+        return []
+    out = []
+    for name in ("nvls_tree", "sharp"):
+        try:
+            algorithm = registry.get("allreduce", name)
+        except RegistryError:
+            continue
+        out.append(algorithm.build(p, group=2, **params))
+    return out
+
+
 def every(p: int, **params: int) -> list[Schedule]:
     """The hand-written schedules and the library's, at ``p`` ranks (``params`` for the library's)."""
-    return [f(p) for f in HAND] + library(p, **params)
+    return [f(p) for f in HAND] + library(p, **params) + across_nodes(p, **params)
