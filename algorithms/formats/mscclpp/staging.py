@@ -20,9 +20,9 @@ every rank of its group.
 
 from __future__ import annotations
 
-from algorithms.ir import Buf, Endpoint, Op, Schedule, Step, SwitchOp, Transfer, switch_ops_by_step
+from algorithms.ir import Buf, Endpoint, Op, Schedule, Step, SwitchOp, SwitchOpKind, Transfer, switch_ops_by_step
 
-__all__ = ["group_of", "is_direct", "receive_across_nodes", "stage_reads"]
+__all__ = ["fuse_reduce_multicast", "group_of", "is_direct", "receive_across_nodes", "stage_reads"]
 
 Slot = tuple[int, Buf, int]
 
@@ -164,3 +164,81 @@ def receive_across_nodes(schedule: Schedule, node: list[int]) -> Schedule:
             shift += 1
         extra = max(extra, fresh.most())
     return Schedule(schedule.collective, schedule.name, steps, base + extra, switch_ops=ops)
+
+
+def _touches(step: Step, ops: list[SwitchOp], skip: set[int]) -> tuple[set[Slot], set[Slot]]:
+    """The slots a step reads and writes (a reduction reads its destination), leaving out the ops in ``skip``
+    (by ``id``)."""
+    reads: set[Slot] = set()
+    writes: set[Slot] = set()
+    for t in step.transfers:
+        reads |= _slots(t.src, t.src_buf, t.src_index, t.count)
+        dst = _slots(t.dst, t.dst_buf, t.dst_index, t.count)
+        writes |= dst
+        if t.op is Op.REDUCE:
+            reads |= dst
+    for op in ops:
+        if id(op) not in skip:
+            reads |= _ends(op.sources, op.count)
+            writes |= _ends(op.targets, op.count)
+    return reads, writes
+
+
+def _dead_after(slots: set[Slot], steps: tuple[Step, ...], by_step: list[list[SwitchOp]], start: int,
+                skip: set[int]) -> bool:
+    """Whether no step from ``start`` on reads any of ``slots`` before writing it."""
+    live = set(slots)
+    for si in range(start, len(steps)):
+        reads, writes = _touches(steps[si], by_step[si], skip)
+        if live & reads:
+            return False
+        live -= writes
+        if not live:
+            return True
+    return True
+
+
+def fuse_reduce_multicast(schedule: Schedule) -> Schedule:
+    """The schedule with each in-switch reduction to one owner, followed in the next step by the owner's
+    multicast of the result to the rest of the group, done as one reduction to the whole group in the first
+    step: NVLS's ld_reduce + st pair, one ``glres`` (what MSCCL++'s own NVLS all-reduce runs).
+
+    Only where nothing else in the two steps touches the group's destination slots, and the owner's
+    intermediate slot is either the destination itself or a scratch slot no later step reads before writing
+    it; so the input and output buffers end as before."""
+    by_step = switch_ops_by_step(schedule)
+    steps = schedule.steps
+    replace: dict[int, SwitchOp] = {}
+    drop: set[int] = set()
+    for s in range(len(steps) - 1):
+        multicasts = [m for m in by_step[s + 1] if m.op is SwitchOpKind.MULTICAST and id(m) not in drop]
+        for r in by_step[s]:
+            if r.op is not SwitchOpKind.REDUCE or len(r.targets) != 1 or not _uniform(r.sources):
+                continue
+            owner = r.targets[0]
+            group = {e.rank for e in r.sources}
+            m = next((m for m in multicasts if m.sources[0] == owner and m.count == r.count and _uniform(m.targets)
+                      and {e.rank for e in m.targets} | {owner.rank} == group and owner.rank in group), None)
+            if m is None:
+                continue
+            place = (m.targets[0].buf, m.targets[0].index)
+            if owner.rank not in {e.rank for e in m.targets} and (owner.buf, owner.index) != place:
+                continue  # the owner keeps the sum only in its own slot, which the fused op would not write
+            dest = {s_ for g in group for s_ in _slots(g, place[0], place[1], r.count)}
+            skip = {id(r), id(m)}
+            reads_s, writes_s = _touches(steps[s], by_step[s], skip)
+            reads_n, writes_n = _touches(steps[s + 1], by_step[s + 1], skip)
+            if dest & (reads_s | writes_s | reads_n | writes_n):
+                continue
+            mid = _slots(owner.rank, owner.buf, owner.index, r.count)
+            if not mid <= dest and (owner.buf is not Buf.SCRATCH
+                                    or not _dead_after(mid, steps, by_step, s + 1, skip)):
+                continue
+            replace[id(r)] = SwitchOp(r.op, r.switch, r.sources,
+                                      tuple(Endpoint(g, place[0], place[1]) for g in sorted(group)), r.count, r.step)
+            drop.add(id(m))
+            multicasts.remove(m)
+    if not replace:
+        return schedule
+    ops = [replace.get(id(o), o) for o in schedule.switch_ops if id(o) not in drop]
+    return Schedule(schedule.collective, schedule.name, steps, schedule.scratch_chunks, switch_ops=ops)

@@ -21,7 +21,7 @@ from typing import Any
 
 from algorithms.errors import ScheduleError
 from algorithms.formats.mscclpp.plan import BUF_CODE
-from algorithms.formats.mscclpp.staging import group_of, receive_across_nodes, stage_reads
+from algorithms.formats.mscclpp.staging import fuse_reduce_multicast, group_of, receive_across_nodes, stage_reads
 from algorithms.ir import Buf, Kind, Op, Schedule, SwitchOp, SwitchOpKind, Transfer, switch_ops_by_step
 
 __all__ = ["PLAN_KINDS", "dumps_plan", "save_plan", "to_plan"]
@@ -137,7 +137,7 @@ def to_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: int 
                                        or ranks_per_node < 1):
         raise ScheduleError(f"mscclpp: ranks_per_node must be an integer >= 1, got {ranks_per_node!r}")
     node = [r // (ranks_per_node or p) for r in range(p)]
-    staged = stage_reads(receive_across_nodes(schedule, node))
+    staged = stage_reads(receive_across_nodes(fuse_reduce_multicast(schedule), node))
     by_step = switch_ops_by_step(staged)
     step_peers = [[set[int]() for _ in range(p)] for _ in staged.steps]
     channels: set[SwitchChannel] = set()

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from algorithms import build
+from algorithms.builder import ScheduleBuilder
 from algorithms.errors import ScheduleError
 from algorithms.formats import loads
 from algorithms.formats.mscclpp import dumps_plan, from_plan, stage_reads, to_plan
@@ -368,3 +369,54 @@ def test_loading_a_bad_plan_file_names_the_file(tmp_path: Path) -> None:
     path.write_text(json.dumps(d))
     with pytest.raises(ScheduleError, match=rf"{path}: gpu 0 threadblock 0 op 1: unknown channel_type"):
         load(path)
+
+
+def _op_names(plan: dict) -> list[str]:
+    return [op["name"] for g in plan["gpus"] for tb in g["threadblocks"] for op in tb["ops"]]
+
+
+def test_nvls_reduce_then_multicast_becomes_one_glres_per_piece() -> None:
+    # NVLS all-reduce, p = 4, k = 2 pieces per owner: p·k reductions to an owner, each followed by the owner's
+    # multicast. As MSCCL++'s own NVLS all-reduce: p·k glres, no gstore, no local copies.
+    p, k = 4, 2
+    names = _op_names(to_plan(build("allreduce", "nvls", p, chunks=k)))
+    assert names.count("glres") == p * k and "gstore" not in names and "copy" not in names
+    names = _op_names(to_plan(switch_cases.nvls_allreduce(p)))
+    assert names.count("glres") == p and "gstore" not in names
+
+
+def test_no_fusion_when_the_next_step_reads_the_groups_slots() -> None:
+    # As hand-nvls on 2 ranks, but step 1 also copies rank 1's chunk 0 (which the fused op would already have
+    # overwritten with the sum) into scratch: it must see rank 1's own value, so the pair stays apart.
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, 2, 2), "nvls-read", scratch_chunks=1)
+    with b.step():
+        for g in range(2):
+            b.switch_reduce("node0", [0, 1], [g], g)
+    with b.step():
+        for g in range(2):
+            b.multicast("node0", g, [1 - g], g)
+        b.copy(1, 1, 0, dst_buf=Buf.SCRATCH, dst_index=0)
+    s = b.build()
+    plan = to_plan(s)
+    assert "gstore" in _op_names(plan)
+    back = from_plan(plan)
+    assert verify(back).ok
+    state_s, state_b = execute(s)[0], execute(back)[0]
+    layout_s, layout_b = execute(s)[2], execute(back)[2]
+    # rank 1 scratch[0] holds rank 1's own chunk 0 in both
+    assert state_b[layout_b.slot(1, Buf.SCRATCH, 0)] == state_s[layout_s.slot(1, Buf.SCRATCH, 0)]
+    assert _final(back) == _final(s)
+
+
+def test_no_fusion_when_a_later_step_reads_the_owners_scratch() -> None:
+    # The owner's scratch copy of the sum is read again two steps later: the fused op would not write it.
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, 2, 2), "nvls-keep", scratch_chunks=1)
+    with b.step():
+        b.switch_reduce("node0", [0, 1], [0], 0, dst_buf=Buf.SCRATCH, dst_index=0)
+    with b.step():
+        b.multicast("node0", 0, [0, 1], 0, buf=Buf.SCRATCH, dst_buf=Buf.INPUT, dst_index=0)
+    with b.step():
+        b.copy(0, 1, 0, buf=Buf.SCRATCH, dst_buf=Buf.INPUT, dst_index=1)
+    s = b.build()
+    assert "gstore" in _op_names(to_plan(s))
+    assert _final(from_plan(to_plan(s))) == _final(s)
