@@ -94,7 +94,9 @@ def stage_reads(schedule: Schedule) -> Schedule:
             group = group_of(op)
             at = fresh.take(group, op.count)
             post.extend(Transfer(e.rank, e.rank, Buf.SCRATCH, at, e.buf, e.index, op.count) for e in op.targets)
-            kept.append(SwitchOp(op.op, op.switch, op.sources, tuple(Endpoint(r, Buf.SCRATCH, at) for r in group),
+            first = op.targets[0].rank  # stays first: the writer's issuer of a reduction
+            order = [first, *(r for r in group if r != first)]
+            kept.append(SwitchOp(op.op, op.switch, op.sources, tuple(Endpoint(r, Buf.SCRATCH, at) for r in order),
                                  op.count, op.step))
         written = set().union(*(_slots(t.dst, t.dst_buf, t.dst_index, t.count) for t in step.transfers),
                               *(_ends(op.targets, op.count) for op in kept))
@@ -234,8 +236,9 @@ def fuse_reduce_multicast(schedule: Schedule) -> Schedule:
             if not mid <= dest and (owner.buf is not Buf.SCRATCH
                                     or not _dead_after(mid, steps, by_step, s + 1, skip)):
                 continue
+            order = [owner.rank, *sorted(group - {owner.rank})]  # the owner first: it issues the glres
             replace[id(r)] = SwitchOp(r.op, r.switch, r.sources,
-                                      tuple(Endpoint(g, place[0], place[1]) for g in sorted(group)), r.count, r.step)
+                                      tuple(Endpoint(g, place[0], place[1]) for g in order), r.count, r.step)
             drop.add(id(m))
             multicasts.remove(m)
     if not replace:

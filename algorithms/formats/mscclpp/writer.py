@@ -95,8 +95,11 @@ SwitchChannel = tuple[Buf, tuple[int, ...]]
 
 
 def _issuer(op: SwitchOp) -> int:
-    """The GPU that runs the op: a multicast's source, a reduction's first source (a member of both groups)."""
-    return min(e.rank for e in op.sources)
+    """The GPU that runs the op: a multicast's source; for a reduction its first target when that is a source
+    (the piece's owner, as NVLS spreads the pieces), else its first source: a member of both groups."""
+    sources = {e.rank for e in op.sources}
+    first = op.targets[0].rank
+    return first if op.op is SwitchOpKind.REDUCE and first in sources else min(sources)
 
 
 def _switch_channels(op: SwitchOp) -> tuple[SwitchChannel | None, SwitchChannel]:

@@ -379,8 +379,11 @@ def test_nvls_reduce_then_multicast_becomes_one_glres_per_piece() -> None:
     # NVLS all-reduce, p = 4, k = 2 pieces per owner: p·k reductions to an owner, each followed by the owner's
     # multicast. As MSCCL++'s own NVLS all-reduce: p·k glres, no gstore, no local copies.
     p, k = 4, 2
-    names = _op_names(to_plan(build("allreduce", "nvls", p, chunks=k)))
+    plan = to_plan(build("allreduce", "nvls", p, chunks=k))
+    names = _op_names(plan)
     assert names.count("glres") == p * k and "gstore" not in names and "copy" not in names
+    for g in plan["gpus"]:  # every owner issues its own pieces, as NVLS spreads them
+        assert [op["name"] for tb in g["threadblocks"] for op in tb["ops"]].count("glres") == k
     names = _op_names(to_plan(switch_cases.nvls_allreduce(p)))
     assert names.count("glres") == p and "gstore" not in names
 
