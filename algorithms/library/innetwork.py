@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from algorithms.builder import ScheduleBuilder
 from algorithms.ir import Buf, Collective, Kind, Schedule
-from algorithms.library.allreduce import GROUP
-from algorithms.registry import CHUNKS, Parameter, register
+from algorithms.registry import Parameter, register
 
 _DEPTH = 2
+TREE_STAGES = Parameter("chunks", 32, "pipeline stages per piece (each: a reduction in the node, the owners' "
+                        "all-reduce across nodes, a multicast back)")
+GPUS = Parameter("group", 8, "GPUs per node: the ranks one NVSwitch joins (8 on a DGX H100)")
 """Staging slots per rank: stage c + 2 reuses stage c's, so two stages are in flight (more only split the links
 between more stages under max-min sharing, and each finishes later)."""
 STAGES = Parameter("chunks", 64, "pipeline stages per piece: each reduces, then multicasts, 1/(p·chunks) of the "
@@ -70,62 +72,67 @@ def _nodes(p: int, group: int) -> list[list[int]]:
 
 
 def _two_level(ranks: int, chunks: int, group: int, name: str) -> Schedule:
-    """NVLS reduce-scatter in every node, the owners' all-reduce across nodes, NVLS multicast in every node.
+    """Per stage: NVLS reduction in every node, the owners' all-reduce across nodes, NVLS multicast back.
 
-    The buffer is g pieces (g = ``group``) of q·k chunks (q nodes); in a node of
-    m ranks, local rank i owns the pieces j with j mod m = i. Across nodes the
-    owners of piece j run a ring all-reduce over its q sub-pieces (``nvls_tree``)
-    or one SHARP reduction (``sharp``).
+    The buffer is g pieces (g = ``group``) of k stages (``chunks``) of q chunks
+    (q nodes); in a node of m ranks, local rank i owns the pieces j with
+    j mod m = i. Stage c of piece j is reduced into its owner's staging slot,
+    all-reduced there across the q owners (a ring over its q chunks for
+    ``nvls_tree``, one SHARP aggregation for ``sharp``), then multicast to the
+    node's ranks. Phase i of stage c runs in step c + i, and a staging slot is
+    reused only after its stage has left it, so stages pipeline in lockstep
+    and in dataflow alike.
     """
     nodes = _nodes(ranks, group)
     g, q, k = len(nodes[0]), len(nodes), chunks
-    width = q * k
-    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, ranks, g * width), name)
+    ring = q > 1 and name == "nvls_tree"
+    middle = 2 * (q - 1) if ring else (1 if q > 1 else 0)
+    depth = min(k, middle + 2)
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, ranks, g * k * q), name, scratch_chunks=depth * g * q)
+    sc = Buf.SCRATCH
 
-    def owner(node: list[int], j: int) -> int:
-        return node[j % len(node)]
+    def owners(j: int) -> list[int]:
+        return [node[j % len(node)] for node in nodes]
 
-    with b.step():
-        for node in nodes[:1] if ranks == 1 else [n for n in nodes if len(n) > 1]:  # a lone GPU holds its sum
-            for j in range(g):
-                b.switch_reduce("nvls", node, [owner(node, j)], j * width, width)
-    if q > 1 and name == "sharp":
+    def phase(i: int, c: int) -> None:
+        for j in range(g):
+            at, slot = (j * k + c) * q, (c % depth * g + j) * q  # a partial node's ranks own several pieces
+            if i == 0:
+                for node, o in zip(nodes, owners(j), strict=True):
+                    b.switch_reduce("nvls", node, [o], at, q, dst_index=slot, dst_buf=sc)
+            elif i == middle + 1:
+                for node, o in zip(nodes, owners(j), strict=True):
+                    b.multicast("nvls", o, node, slot, q, buf=sc, dst_index=at, dst_buf=Buf.INPUT)
+            elif not ring:
+                b.switch_reduce("sharp", owners(j), owners(j), slot, q, buf=sc)
+            else:
+                t = i - 1
+                down = t < q - 1  # reduce-scatter first, then all-gather
+                os_ = owners(j)
+                for n in range(q):
+                    sub = (n - t) % q if down else (n + 1 - (t - q + 1)) % q
+                    (b.reduce if down else b.copy)(os_[n], os_[(n + 1) % q], slot + sub, buf=sc)
+
+    for s in range(k + middle + 1):
         with b.step():
-            for j in range(g):
-                owners = [owner(node, j) for node in nodes]
-                for c in range(width):  # one aggregation per chunk, as SHARP streams its messages
-                    b.switch_reduce("sharp", owners, owners, j * width + c)
-    elif q > 1:
-        for phase in ("reduce", "copy"):
-            for s in range(q - 1):
-                with b.step():
-                    for j in range(g):
-                        owners = [owner(node, j) for node in nodes]
-                        for n in range(q):
-                            # Ring over nodes: reduce-scatter passes sub-piece n - s on, all-gather n + 1 - s.
-                            sub = (n - s) % q if phase == "reduce" else (n + 1 - s) % q
-                            add = b.reduce if phase == "reduce" else b.copy
-                            add(owners[n], owners[(n + 1) % q], j * width + sub * k, k)
-    with b.step():
-        for node in [n for n in nodes if len(n) > 1]:
-            for j in range(g):
-                src = owner(node, j)
-                b.multicast("nvls", src, [r for r in node if r != src], j * width, width)
+            for i in range(middle + 2):
+                if 0 <= s - i < k:
+                    phase(i, s - i)
     return b.build()
 
 
 @register(Kind.ALLREDUCE, "nvls_tree", source="NCCL NVLS_TREE (NVLS in a node, the owners' ring across nodes)",
-          parameters=(CHUNKS, GROUP), constraints=("group = GPUs per node; the last node may hold fewer",),
+          parameters=(TREE_STAGES, GPUS), constraints=("group = GPUs per node; the last node may hold fewer",),
           listed=False)
-def nvls_tree(ranks: int, *, chunks: int = 1, group: int = 8) -> Schedule:
+def nvls_tree(ranks: int, *, chunks: int = 32, group: int = 8) -> Schedule:
     """NVLS inside every node of ``group`` ranks, a ring all-reduce of each piece's owners across nodes."""
     return _two_level(ranks, chunks, group, "nvls_tree")
 
 
 @register(Kind.ALLREDUCE, "sharp", source="Graham et al., SHArP, COMHPC 2016; NCCL CollNet with SHARP",
-          parameters=(CHUNKS, GROUP), constraints=("group = GPUs per node; the last node may hold fewer",),
+          parameters=(TREE_STAGES, GPUS), constraints=("group = GPUs per node; the last node may hold fewer",),
           listed=False)
-def sharp(ranks: int, *, chunks: int = 1, group: int = 8) -> Schedule:
+def sharp(ranks: int, *, chunks: int = 32, group: int = 8) -> Schedule:
     """NVLS inside every node of ``group`` ranks, one InfiniBand SHARP reduction of each piece's owners."""
     return _two_level(ranks, chunks, group, "sharp")
 

@@ -240,12 +240,17 @@ def simulate(
     gc.disable()
     try:
         result = None
-        if schedule.switch_ops:  # lowered to the flows they cause, then run on the engine asked for
-            from sim.engine.switched import simulate_switched
+        if schedule.switch_ops:  # lowered to the flows they cause, run on the engine asked for, lifted back
+            from sim.engine.switched import lift, lower
 
-            result = simulate_switched(schedule, topology, float(size), mode=mode, overhead=float(overhead),
-                                       reduce_bandwidth=reduce_bandwidth, faults=faults, progress=progress,
-                                       message_cpu=float(message_cpu), engine=engine)
+            low = lower(schedule, topology, gates=mode == "dataflow")
+            chunk = chunk_bytes(schedule.collective, size)
+            per_byte = chunk_bytes(low.schedule.collective, 1.0)
+            got = simulate(low.schedule, low.topology, chunk / per_byte if per_byte else 0.0, mode=mode,
+                           overhead=overhead, reduce_bandwidth=reduce_bandwidth,
+                           faults=Faults(stragglers=faults.stragglers), progress=progress, message_cpu=message_cpu,
+                           engine=engine)
+            result = lift(got, low, schedule, topology, float(size), chunk)
         elif engine == "fast" or (engine == "auto" and not message_cpu):
             result = _fast(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth,
                            faults.stragglers, progress, strict=engine == "auto")

@@ -20,8 +20,8 @@ not start before every source is ready; a *gate* per source (a copy to
 ``out(sw)`` gathering the gates carry exactly those dependencies, in two extra
 steps before the operation's own. Every flow shares links max-min fairly
 with every other, as transfers do; the augmented schedule runs on whichever
-engine ``simulate`` picks. Its verdict is the symbolic verifier's on the real
-schedule (``sim.verify.verifier.verify``).
+engine ``sim.engine.reference.simulate`` picks (``lower``, then ``lift``). Its
+verdict is the symbolic verifier's on the real schedule.
 
 The result's per-transfer arrays are the real transfers'; ``switch_spans``
 holds each operation's (first leg's start, last leg's end).
@@ -38,11 +38,10 @@ import numpy as np
 
 from algorithms.builder import ScheduleBuilder
 from algorithms.ir import Buf, Collective, Schedule, switch_ops_by_step
-from sim.engine.reference import Faults, SimResult, chunk_bytes
 from sim.topology.graph import Node, Topology
 from sim.topology.switches import check_schedule
 
-__all__ = ["GATE_BANDWIDTH", "Lowered", "lower", "simulate_switched"]
+__all__ = ["GATE_BANDWIDTH", "Lowered", "lift", "lower"]
 
 GATE_BANDWIDTH = 1e18
 """Bytes/s of the gate links: they carry dependencies, not data (1 GB in 1 ns)."""
@@ -207,19 +206,10 @@ def lower(schedule: Schedule, topology: Topology, *, gates: bool) -> Lowered:
     return Lowered(b.build(), aug_topology, np.array(real, dtype=np.int64), tuple(tuple(x) for x in legs), proxies)
 
 
-def simulate_switched(schedule: Schedule, topology: Topology, size: float, *, mode: str, overhead: float,
-                      reduce_bandwidth: float | None, faults: Faults, progress: bool, message_cpu: float,
-                      engine: str) -> SimResult:
-    """``sim.engine.reference.simulate`` for a schedule with switch ops (module docstring); no launch delay."""
-    from sim.engine.reference import simulate
+def lift(got: Any, low: Lowered, schedule: Schedule, topology: Topology, size: float, chunk: float) -> Any:
+    """The augmented run's ``SimResult`` as the real schedule's: its transfers' times, the real links' busy
+    times, each op's span, and the symbolic verifier's verdict on the real schedule."""
     from sim.verify.verifier import verify
-
-    low = lower(schedule, topology, gates=mode == "dataflow")
-    chunk = chunk_bytes(schedule.collective, size)
-    per_size = chunk_bytes(low.schedule.collective, 1.0)
-    got = simulate(low.schedule, low.topology, chunk / per_size if per_size else 0.0, mode=mode, overhead=overhead,
-                   reduce_bandwidth=reduce_bandwidth, faults=Faults(stragglers=faults.stragglers),
-                   progress=progress, message_cpu=message_cpu, engine=engine)
 
     def pick(a: np.ndarray) -> np.ndarray:
         out = a[low.transfers] if len(low.transfers) else np.zeros(0)
@@ -227,8 +217,7 @@ def simulate_switched(schedule: Schedule, topology: Topology, size: float, *, mo
         return out
 
     spans = tuple((float(got.start[list(ls)].min()), float(got.end[list(ls)].max())) for ls in low.legs)
-    busy: dict[Any, float] = {k: v for k, v in got.link_busy.items()
-                              if not any(isinstance(x, int) and x in low.proxies for x in k)}
+    busy = {k: v for k, v in got.link_busy.items() if not any(isinstance(x, int) and x in low.proxies for x in k)}
     time = max([0.0, *(e for _s, e in spans if not math.isnan(e)),
                 *(float(x) for x in got.end[low.transfers] if not math.isnan(x))])
     return replace(got, schedule=schedule, topology=topology, size=size, chunk_bytes=chunk, time=time,

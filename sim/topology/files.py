@@ -34,7 +34,15 @@ def to_dict(topology: Topology) -> dict[str, Any]:
         "links": [{"src": u, "dst": v, "bandwidth": a["bandwidth"], "latency": a["latency"]}
                   for u, v, a in g.edges(data=True)],
         "routes": [{"src": s, "dst": d, "path": list(path)} for (s, d), path in sorted(topology.routes.items())],
+        **({"switch_caps": caps} if (caps := _caps_of(topology)) else {}),
     }
+
+
+def _caps_of(topology: Topology) -> dict[str, dict[str, object]]:
+    from sim.topology.switches import capabilities, caps_to_dict
+
+    return {n: caps_to_dict(c) for n in topology.graph.nodes if isinstance(n, str)
+            and (c := capabilities(topology, n)) is not None}
 
 
 def dumps(topology: Topology) -> str:
@@ -69,7 +77,8 @@ def from_dict(doc: object) -> Topology:
     """Build a topology from a ``collsched.topology/1`` document, strictly checked."""
     if not isinstance(doc, dict):
         raise TopologyError("topology: the document must be a JSON object")
-    _only(doc, ("format", "name", "ranks", "switches", "links", "routes", "engine", "model"), "topology")
+    _only(doc, ("format", "name", "ranks", "switches", "links", "routes", "engine", "model", "switch_caps"),
+          "topology")
     if doc.get("format") != FORMAT:
         raise TopologyError(f"topology.format: expected {FORMAT!r}, got {doc.get('format')!r}")
     # A machine file's engine parameters and calibration record: sim.machine.model checks and uses them.
@@ -110,7 +119,18 @@ def from_dict(doc: object) -> Topology:
         s, d = _field(r, "src", int, where), _field(r, "dst", int, where)
         path = _field(r, "path", list, where)
         routes[(s, d)] = tuple(_node(n, f"{where}.path") for n in path)
+    _set_caps(g, _field(doc, "switch_caps", dict, "topology") if "switch_caps" in doc else {}, "topology.switch_caps")
     return Topology(g, name, routes)
+
+
+def _set_caps(g: nx.DiGraph, caps: Mapping[str, Any], where: str) -> None:
+    """Optional: what switches compute (``sim.topology.switches``), by switch name."""
+    from sim.topology.switches import caps_from_dict
+
+    for name, doc in caps.items():
+        if not isinstance(name, str) or name not in g:
+            raise TopologyError(f"{where}: {name!r} is not a listed switch")
+        g.nodes[name]["caps"] = caps_from_dict(doc, f"{where}.{name}")
 
 
 def loads(text: str) -> Topology:
@@ -162,8 +182,12 @@ def save(topology: Topology, path: str | os.PathLike[str]) -> None:
         g = nx.DiGraph(topology.graph)
         g.graph.update(format=FORMAT, name=topology.name, ranks=topology.ranks,
                        routes=json.dumps([[s, d, list(pth)] for (s, d), pth in sorted(topology.routes.items())]))
+        caps = _caps_of(topology)
         for n in g.nodes:
+            g.nodes[n].pop("caps", None)
             g.nodes[n]["kind"] = "rank" if isinstance(n, int) else "switch"
+        if caps:
+            g.graph["switch_caps"] = json.dumps(caps)
         nx.write_graphml(g, path)
     else:
         Path(path).write_text(dumps(topology), encoding="utf-8")
@@ -202,6 +226,13 @@ def _load_graphml(path: str | os.PathLike[str]) -> Topology:
         except (ValueError, TypeError):
             raise TopologyError(f"{path}: graph attribute 'routes' is not a JSON list of [src, dst, path]") from None
     try:
+        caps = json.loads(raw.graph.get("switch_caps", "{}"))
+    except ValueError:
+        raise TopologyError(f"{path}: graph attribute 'switch_caps' is not JSON") from None
+    try:
+        if not isinstance(caps, dict):
+            raise TopologyError("graph attribute 'switch_caps' must be a JSON object")
+        _set_caps(g, caps, "switch_caps")
         return Topology(g, str(raw.graph.get("name", Path(path).stem)), routes)
     except TopologyError as e:
         raise TopologyError(f"{path}: {e}") from None

@@ -150,7 +150,7 @@ def place(topology: Topology, mapping: Sequence[Node], *, name: str | None = Non
     g = nx.DiGraph()
     # Ranks first in number order, then switches as before: the order Topology numbers its nodes in.
     g.add_nodes_from(range(topology.ranks - len(idle)))
-    g.add_nodes_from(n for n in topology.graph.nodes if isinstance(n, str))
+    g.add_nodes_from((n, a) for n, a in topology.graph.nodes(data=True) if isinstance(n, str))  # caps kept
     g.add_nodes_from(f"idle:{n}" for n in sorted(idle))
     g.add_edges_from((relabel(u), relabel(v), dict(a)) for u, v, a in topology.graph.edges(data=True))
     routes = {(int(new_rank[s]), int(new_rank[d])): tuple(relabel(n) for n in path)

@@ -175,3 +175,33 @@ def with_sharp(topology: Topology, spec: str) -> Topology:
         raise TopologyError(f"topology {spec!r}: +sharp needs network switches, and {topology.name} has none")
     marked = mark_switches(topology, IB_SHARP, net)
     return Topology(marked.graph, f"{topology.name}+sharp", marked.routes)
+
+
+_CAPS_KEYS = ("reduce", "multicast", "bandwidth", "latency", "domain", "source")
+
+
+def caps_to_dict(caps: SwitchCaps) -> dict[str, object]:
+    """A ``SwitchCaps`` as the JSON object of a topology file's ``switch_caps``."""
+    return {k: getattr(caps, k) for k in _CAPS_KEYS}
+
+
+def caps_from_dict(doc: object, where: str) -> SwitchCaps:
+    """A ``SwitchCaps`` from a topology file's object; ``TopologyError`` naming ``where`` and the field."""
+    if not isinstance(doc, dict):
+        raise TopologyError(f"{where}: must be an object")
+    extra = sorted(set(doc) - set(_CAPS_KEYS))
+    if extra:
+        raise TopologyError(f"{where}: unknown field {extra[0]!r}")
+    for key, kinds in (("reduce", bool), ("multicast", bool), ("bandwidth", int | float), ("latency", int | float)):
+        if key not in doc:
+            raise TopologyError(f"{where}: missing field {key!r}")
+        if not isinstance(doc[key], kinds) or (kinds is not bool and isinstance(doc[key], bool)):
+            raise TopologyError(f"{where}.{key}: wrong type {type(doc[key]).__name__}")
+    domain = doc.get("domain", "nvls")
+    if domain not in DOMAINS[:2]:
+        raise TopologyError(f"{where}.domain: one of nvls, sharp, got {domain!r}")
+    try:
+        return SwitchCaps(doc["reduce"], doc["multicast"], float(doc["bandwidth"]), float(doc["latency"]),
+                          str(doc.get("source", "")), domain)
+    except TopologyError as e:
+        raise TopologyError(f"{where}: {e}") from None

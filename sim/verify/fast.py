@@ -354,6 +354,8 @@ def run(schedule: Schedule, *, races: bool = True, limit: int = 1000,
 
 def _run(schedule: Schedule, races: bool, limit: int,
          hints: list[Hint] | None) -> tuple[CompactState, list[Violation], int]:
+    if schedule.switch_ops:  # refused rather than run without them: verify() takes them to the slot executor
+        raise ValueError(f"{schedule.name}: the compact verifier has no switch ops; use sim.verify.verifier.verify")
     r = _Runner(schedule, races, limit, hints)
     bad = r.go()
     return r.state, bad, r.hints_dropped

@@ -97,3 +97,15 @@ def test_nvls_on_one_dgx_h100_is_within_5_percent_of_nvidias_480_gbps() -> None:
     s = registry.build("allreduce", "nvls", 8)
     r = simulate(s, from_spec("dgx-h100:1"), 8 * 2**30, **machine.engine_for("dgx-h100:1").options())
     assert r.ok and abs(r.busbw / 1e9 / measured - 1) < 0.05, r.busbw
+
+
+def test_nvls_tree_in_lockstep_on_two_dgx_h100s_is_within_5_percent_of_the_measured_default() -> None:
+    table = ROOT.parent / "shared" / "published" / "h100_2x8_allreduce_nccltests309_default.tsv"
+    if not table.is_file():
+        pytest.skip(f"{table} is absent (the published nccl-tests tables live beside the repo)")
+    rows = {int(x[0]): float(x[3]) for x in (line.split("\t") for line in table.read_text().splitlines())
+            if x[0].isdigit()}
+    s = registry.build("allreduce", "nvls_tree", 16)
+    r = simulate(s, from_spec("dgx-h100:2"), 8 * 2**30, mode="lockstep",
+                 **machine.engine_for("dgx-h100:2").options())
+    assert r.ok and abs(r.busbw / 1e9 / rows[8 * 2**30] - 1) < 0.05, r.busbw

@@ -81,3 +81,38 @@ def test_a_multicast_only_switch_refuses_reductions() -> None:
         mark_switches(single_switch(3), caps, ["core"])
     with pytest.raises(TopologyError, match="switch bandwidth must be a positive number"):
         SwitchCaps(reduce=True, multicast=True, bandwidth=0.0, latency=0.0)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".graphml"])
+def test_capabilities_survive_topology_files(tmp_path: object, suffix: str) -> None:
+    from pathlib import Path
+
+    from sim.topology import load, save
+
+    t = from_spec("dgx-h100:2+sharp")
+    path = Path(str(tmp_path)) / f"t{suffix}"
+    save(t, path)
+    back = load(path)
+    assert [capabilities(back, n) for n in ("node0", "node1", "net")] == [DGX_NVSWITCH, DGX_NVSWITCH, IB_SHARP]
+
+
+def test_bad_capabilities_in_a_file_are_named() -> None:
+    import json
+
+    from sim.topology import dumps, loads
+
+    doc = json.loads(dumps(dgx_h100(1)))
+    doc["switch_caps"]["node0"]["bandwidth"] = "fast"
+    with pytest.raises(TopologyError, match=r"topology.switch_caps.node0.bandwidth: wrong type str"):
+        loads(json.dumps(doc))
+    doc["switch_caps"] = {"spine": doc["switch_caps"]["node0"]}
+    with pytest.raises(TopologyError, match=r"topology.switch_caps: 'spine' is not a listed switch"):
+        loads(json.dumps(doc))
+
+
+def test_placement_keeps_what_switches_compute() -> None:
+    from sim.topology.placement import place
+
+    t = place(from_spec("dgx-h100:2+sharp"), [8, 9, 0, 1], partial=True)
+    assert [capabilities(t, n) for n in ("node0", "node1", "net")] == [DGX_NVSWITCH, DGX_NVSWITCH, IB_SHARP]
+    assert resolve(t, _op("nvls", ranks=(0, 1)))[0] == "node1"

@@ -123,3 +123,14 @@ def test_every_outcome_changing_mutant_of_a_switch_schedule_is_caught(kind: str,
     report = kill_rate(s, samples=150, seed=3)
     assert report.changed >= 40  # the mutants do break things, so the rate below measures something
     assert report.rate == 1.0, report.survivors[:3]
+
+
+def test_the_compact_verifier_refuses_switch_ops_and_verify_takes_them_to_the_slot_executor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sim.verify import fast, verifier
+
+    s = registry.build("allreduce", "nvls", 4, chunks=2)
+    with pytest.raises(ValueError, match="the compact verifier has no switch ops"):
+        fast.verdict(s)
+    monkeypatch.setattr(verifier, "COMPACT_FROM", 0)  # every schedule "large"
+    assert verifier.verify(s).ok
