@@ -81,6 +81,7 @@ from runners.errors import InputError, RunError, RunTimeout
 from runners.executors import EXECUTORS, Context, execute_grouped, execute_host
 from runners.plan import rank_plan
 from runners.staging import release_memory, staging_bytes
+from runners.switching import SwitchError, on_torch
 
 __all__ = ["AUTO_CPU", "EXECUTORS", "SUPPORTED_DTYPES", "InputError", "RunError", "RunTimeout", "release_memory",
            "run", "staging_bytes"]
@@ -181,6 +182,10 @@ def run(
     if p != coll.ranks:
         raise InputError(f"run({schedule.name} {coll.describe()}): the schedule is for {coll.ranks} ranks but "
                          f"the group has {p}")
+    try:
+        schedule = on_torch(schedule)  # switch operations become point-to-point transfers
+    except SwitchError as e:
+        raise InputError(f"run({e})") from None
     plan = rank_plan(schedule, rank)
     if plan.race is not None:
         raise InputError(f"run({schedule.name} {coll.describe()}): the schedule cannot run: {plan.race}")

@@ -24,6 +24,7 @@ import torch
 
 from algorithms.ir import Schedule
 from runners.plan import rank_plan
+from runners.switching import on_torch
 
 __all__ = ["STAGING", "Arena", "Carver", "release_memory", "staging_bytes"]
 
@@ -120,6 +121,6 @@ def release_memory() -> None:
 
 def staging_bytes(schedule: Schedule, rank: int, n: int, dtype: torch.dtype) -> int:
     """The most bytes of staged receives rank ``rank`` holds at once for ``n`` elements per rank."""
-    plan = rank_plan(schedule, rank)
+    plan = rank_plan(on_torch(schedule), rank)  # what the runner executes: switch operations lowered
     s = -(-n // schedule.collective.chunks)
     return plan.budget_chunks * s * torch.empty(0, dtype=dtype).element_size()

@@ -1,7 +1,9 @@
-"""Schedule files of either format: ``collsched.schedule/1`` JSON or MSCCL-IR XML, told apart by content and name.
+"""Schedule files of any format: ``collsched.schedule/1`` JSON, MSCCL-IR XML or an MSCCL++ execution plan.
 
-``load``/``loads`` read MSCCL-IR XML when the content starts with ``<`` (whatever the file is called) and
-JSON otherwise; ``save`` writes XML for a name ending in ``.xml`` (any case) and JSON otherwise.
+``load``/``loads`` read MSCCL-IR XML when the content starts with ``<`` (whatever the file is called), an
+MSCCL++ plan when the JSON opens like one (``mscclpp.looks_like_plan``) and collsched JSON otherwise;
+``save`` writes XML for a name ending in ``.xml`` (any case) and JSON otherwise (plans:
+``mscclpp.save_plan``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 from pathlib import Path
 
 from algorithms.errors import ScheduleError
-from algorithms.formats import msccl, schedule
+from algorithms.formats import msccl, mscclpp, schedule
 from algorithms.formats.schedule import is_xml_path
 from algorithms.ir import Schedule
 
@@ -18,10 +20,12 @@ __all__ = ["is_xml_path", "load", "loads", "save"]
 
 
 def loads(text: str | bytes) -> Schedule:
-    """A schedule from JSON or MSCCL-IR XML text (an XML file whose ``coll`` is ``custom`` is refused); each
-    reader refuses text over ``MAX_FILE_BYTES``."""
+    """A schedule from JSON, MSCCL++ plan JSON or MSCCL-IR XML text (an XML file whose ``coll`` is ``custom``
+    is refused); each reader refuses text over ``MAX_FILE_BYTES``."""
     if msccl.looks_like_xml(text):
         return msccl.loads_msccl(text)
+    if mscclpp.looks_like_plan(text):
+        return mscclpp.loads_plan(text)
     return schedule.loads(text)
 
 

@@ -132,18 +132,28 @@ def is_msccl(path: str) -> bool:
 
 
 def save_schedule(schedule: Schedule, args: argparse.Namespace) -> None:
-    """Write ``schedule`` to ``args.output``: MSCCL-IR for --format msccl or a .xml name, else JSON."""
+    """Write ``schedule`` to ``args.output``: MSCCL-IR for --format msccl or a .xml name, an MSCCL++ plan for
+    --format mscclpp, else JSON."""
     fmt = args.format or ("msccl" if fileformat.is_xml_path(args.output) else "json")
     msccl_opts = {k: getattr(args, k) for k in ("proto", "nchannels", "min_bytes", "max_bytes", "staged")
                   if getattr(args, k, None) is not None}
     for k in ("min_bytes", "max_bytes"):
         if k in msccl_opts:
             msccl_opts[k] = int(parse_size(msccl_opts[k]))
+    if fmt != "mscclpp" and getattr(args, "ranks_per_node", None) is not None:
+        raise UsageError("--ranks-per-node is for MSCCL++ plans (--format mscclpp)")
     try:
         if fmt == "msccl":
             from algorithms.formats.msccl import save_msccl
 
             save_msccl(schedule, args.output, **msccl_opts)
+        elif fmt == "mscclpp":
+            from algorithms.formats.mscclpp import save_plan
+
+            if msccl_opts:
+                raise UsageError(f"--{next(iter(msccl_opts)).replace('_', '-')} is for MSCCL-IR output, "
+                                 "not an MSCCL++ plan")
+            save_plan(schedule, args.output, ranks_per_node=getattr(args, "ranks_per_node", None))
         else:
             if msccl_opts:
                 raise UsageError(f"--{next(iter(msccl_opts)).replace('_', '-')} is for MSCCL-IR output "
@@ -154,8 +164,9 @@ def save_schedule(schedule: Schedule, args: argparse.Namespace) -> None:
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=("json", "msccl"), default=None,
-                   help="file format (default: msccl for a .xml name, else json)")
+    p.add_argument("--format", choices=("json", "msccl", "mscclpp"), default=None,
+                   help="file format: collsched JSON, MSCCL-IR XML or an MSCCL++ execution plan "
+                        "(default: msccl for a .xml name, else json)")
     p.add_argument("--proto", choices=("Simple", "LL", "LL128"), default=None,
                    help="MSCCL-IR: the protocol the executor runs it with (default Simple)")
     p.add_argument("--nchannels", type=int, default=None, metavar="N",
@@ -164,6 +175,9 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
                    help="MSCCL-IR: smallest call the executor picks it for (default 0)")
     p.add_argument("--max-bytes", default=None, metavar="SIZE",
                    help="MSCCL-IR: largest call the executor picks it for (default 0: unlimited)")
+    p.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
+                   help="MSCCL++: N ranks share a node (memory and switch channels); port channels across nodes "
+                        "(default: one node)")
     p.add_argument("--staged", action="store_const", const=True, default=None,
                    help="MSCCL-IR: receive concurrent reductions into one slot into scratch and add them locally "
                         "(instead of one rrc after another)")
