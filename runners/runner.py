@@ -63,6 +63,7 @@ import torch
 import torch.distributed as dist
 
 from algorithms.ir import Buf, Kind, Schedule
+from runners import native
 from runners.arguments import (
     OP_NAMES,
     REDUCING,
@@ -143,6 +144,7 @@ def run(
     timeout: float | timedelta | None = None,
     check: bool = True,
     executor: str = "auto",
+    engine: str | None = None,
 ) -> torch.Tensor | None:
     """Run ``schedule`` on ``group`` (default: the world); returns the result tensor of this rank.
 
@@ -166,7 +168,8 @@ def run(
     detected, as in torch.
 
     ``executor``: ``"grouped"``, ``"dataflow"`` (gloo only) or ``"auto"``
-    (see the module docstring).
+    (see the module docstring). ``engine``: ``"native"`` (runners.native: the C++ executor, no GIL),
+    ``"python"`` (runners.executors), or None: ``COLLSCHED_EXECUTOR``, native where it builds.
     """
     if not isinstance(schedule, Schedule):
         raise InputError(f"schedule must be a Schedule, got {type(schedule).__name__}")
@@ -186,6 +189,8 @@ def run(
         raise InputError(f"run({schedule.name} {coll.describe()}): the schedule cannot run: {plan.race}")
     if executor not in EXECUTORS:
         raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if engine not in (None, "native", "python"):
+        raise InputError(f"engine must be 'native', 'python' or None, got {engine!r}")
     opi = op_index(op)
     devices = devices_of(group)
     code, detail, n = local_check(schedule, rank, tensor, output, opi, devices)
@@ -215,6 +220,11 @@ def run(
     chosen = _executor(executor, device, coll.kind)
     if device.type == "cuda":
         _ensure_communicator(group, device)
+    if (engine or native.chosen()) == "native" and native.available():
+        native.execute(ctx, opi, dataflow=chosen == "dataflow")
+        if device.type == "cuda" and coll.kind is Kind.BARRIER:
+            torch.cuda.current_stream(device).synchronize()
+    elif device.type == "cuda":
         execute_grouped(ctx)
         if coll.kind is Kind.BARRIER:
             torch.cuda.current_stream(device).synchronize()  # a barrier holds the host, as torch's does
