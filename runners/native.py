@@ -34,7 +34,7 @@ import torch
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Buf, Kind, Op
-from runners.errors import RunError
+from runners.errors import RunError, RunTimeout, peer_report, report_failure
 from runners.executors import Context
 from runners.plan import RankPlan
 from runners.staging import STAGING
@@ -99,10 +99,10 @@ def _build() -> Any:
             return module
     if _compiler() is None:
         raise RuntimeError("no C++ compiler found (set CXX or install g++)")
+    start = time.perf_counter()
     from torch.utils import cpp_extension
 
     directory.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
     module = cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=str(directory),
                                 extra_cflags=["-O2"], verbose=False)
     if not so.is_file() or so.stat().st_mtime >= time.time() - (time.perf_counter() - start) - 1:
@@ -193,3 +193,30 @@ def execute(ctx: Context, op: int, dataflow: bool) -> None:
     finally:
         if shared:
             STAGING.give_back(ref.device, keep=ok)
+
+
+# The tag of the metadata rows (runners.arguments' point-to-point exchange uses it too): above every transfer's.
+_META_TAG = 1 << 30
+
+
+def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadline: float, what: str) -> list[list[int]]:
+    """Every rank's metadata row (runners.arguments), in one round of messages with every peer, natively.
+
+    The gloo all-gather that ``runners.arguments.exchange`` makes takes p-1 rounds one after another (a
+    ring); here every rank sends its row to every peer and receives theirs at once, so the check costs one
+    round of tiny messages. A peer that does not answer is named as the all-gather's fallback names it."""
+    module = load()
+    p = len(globals_)
+    pg = group if group is not None else c10d._get_default_group()
+    mine = torch.tensor(row, dtype=torch.int64)
+    rows = torch.empty(p, len(row), dtype=torch.int64)
+    status, peer, text = module.exchange_rows(mine, rows, rank, pg, _META_TAG, max(deadline - time.monotonic(), 0.0))
+    if status == 0:
+        return rows.tolist()
+    head = (f"rank {rank} (global rank {globals_[rank]}): {what}: before step 0, exchanging metadata with "
+            f"peer rank {peer} (global rank {globals_[peer]})")
+    if status == 2 or "timed out" in text.lower() or "timeout" in text.lower():
+        raise RunTimeout(f"{head} did not complete in time; is rank {peer} running the same run()? ({text})")
+    report_failure(globals_[rank], f"exchanging metadata with peer rank {peer} (global rank {globals_[peer]}) "
+                   f"failed ({text})")
+    raise RunError(f"{head} failed ({peer_report(globals_[peer]) or text})")

@@ -191,6 +191,10 @@ def run(
         raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if engine not in (None, "native", "python"):
         raise InputError(f"engine must be 'native', 'python' or None, got {engine!r}")
+    try:
+        engine = engine or native.chosen()
+    except ValueError as e:  # COLLSCHED_EXECUTOR names neither
+        raise InputError(str(e)) from None
     opi = op_index(op)
     devices = devices_of(group)
     code, detail, n = local_check(schedule, rank, tensor, output, opi, devices)
@@ -198,7 +202,10 @@ def run(
     deadline = time.monotonic() + seconds
     what = f"{schedule.name} {coll.describe()}"
     globals_ = [dist.get_global_rank(group, r) if group is not None else r for r in range(p)]
-    if check and p > 1:
+    if check and p > 1 and engine == "native" and meta_device(group).type == "cpu" and native.available():
+        table = native.exchange(row, group, globals_, rank, deadline, what)  # one round instead of p-1
+        check_table(schedule, table)
+    elif check and p > 1:
         table = exchange(row, group, globals_, meta_device(group), rank, deadline, what)
         check_table(schedule, table)
     else:
@@ -220,7 +227,7 @@ def run(
     chosen = _executor(executor, device, coll.kind)
     if device.type == "cuda":
         _ensure_communicator(group, device)
-    if (engine or native.chosen()) == "native" and native.available():
+    if engine == "native" and native.available():
         native.execute(ctx, opi, dataflow=chosen == "dataflow")
         if device.type == "cuda" and coll.kind is Kind.BARRIER:
             torch.cuda.current_stream(device).synchronize()

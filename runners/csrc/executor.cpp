@@ -458,6 +458,51 @@ class Plan {
   int64_t budget_;
 };
 
+// The runner's cross-rank argument check in one round: this rank's metadata row to every peer and every
+// peer's row into `rows` (p x k int64), all posted at once, receives waited on first (a missing peer is
+// then the one named). Returns (status, peer, text); on nccl, whose pairs match in posting order, both
+// ends of a pair post its two messages in the same global order (src, then dst).
+std::tuple<int, int64_t, std::string> exchange_rows(const at::Tensor& mine, const at::Tensor& rows, int64_t rank,
+                                                    const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t tag,
+                                                    double seconds) {
+  auto backend = pg->getBackend(mine.device().type());
+  const int64_t p = rows.size(0);
+  auto deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+  std::vector<std::pair<int64_t, c10::intrusive_ptr<c10d::Work>>> recvs, sends;
+  int64_t at = -1;
+  try {
+    rows.select(0, rank).copy_(mine);
+    for (int64_t src = 0; src < p; ++src) {
+      at = src;
+      if (src == rank) {
+        for (int64_t dst = 0; dst < p; ++dst) {
+          if (dst == rank) continue;
+          at = dst;
+          std::vector<at::Tensor> v{mine};
+          sends.emplace_back(dst, backend->send(v, static_cast<int>(dst), static_cast<int>(tag)));
+        }
+      } else {
+        std::vector<at::Tensor> v{rows.select(0, src)};
+        recvs.emplace_back(src, backend->recv(v, static_cast<int>(src), static_cast<int>(tag)));
+      }
+    }
+    for (auto* list : {&recvs, &sends}) {
+      for (auto& [peer, w] : *list) {
+        at = peer;
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) return {TIMED_OUT, peer, "timed out"};
+        w->wait(left);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::string text = e.what();
+    auto nl = text.find('\n');
+    if (nl != std::string::npos) text = text.substr(0, nl);
+    return {FAILED, at, text};
+  }
+  return {OK, -1, ""};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -469,4 +514,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("__len__", &Plan::size)
       .def("run", &Plan::run, py::arg("bufs"), py::arg("s"), py::arg("group"), py::arg("arena"), py::arg("op"),
            py::arg("seconds"), py::arg("dataflow"), py::call_guard<py::gil_scoped_release>());
+  m.def("exchange_rows", &exchange_rows, py::arg("mine"), py::arg("rows"), py::arg("rank"), py::arg("group"),
+        py::arg("tag"), py::arg("seconds"), py::call_guard<py::gil_scoped_release>());
 }
