@@ -47,13 +47,14 @@ def gil_job(rank: int, engines: list[str], cap: float) -> list[tuple[str, bool]]
                                                                        "timeout": 60})
         worker.start()
         time.sleep(0.5)  # the worker is now blocked in the run, waiting for rank 1
+        view = x.numpy()  # numpy indexing keeps the GIL (torch's item() releases it)
         interval = sys.getswitchinterval()
         sys.setswitchinterval(1000.0)
         try:
             end = time.monotonic() + cap
             finished = False
             while time.monotonic() < end:  # pure Python: this thread keeps the GIL
-                if x[0].item() == 3.0:
+                if view[0] == 3.0:
                     finished = True
                     break
         finally:
@@ -85,6 +86,7 @@ def test_collsched_executor_chooses_the_engine(monkeypatch: pytest.MonkeyPatch) 
     assert native.chosen() == ("native" if native.available() else "python")
 
 
+@pytest.mark.multiprocess
 def test_no_compiler_means_one_line_and_the_python_executor(tmp_path: Path) -> None:
     # A fresh cache and no compiler on PATH: the build cannot start; one line says why and runs go on in Python.
     probe = ("import torch.distributed as dist, torch; from runners import native; from runners.runner import run;"
