@@ -47,6 +47,7 @@ SOURCE = Path(__file__).resolve().parent / "csrc" / "executor.cpp"
 _BUF_INDEX = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
 _TOKEN = -2  # executor.cpp's op code for a barrier token
 
+_STALE_LOCK_S = 600.0  # a build takes 1-2 minutes even on a loaded machine
 _lock = threading.Lock()
 _module: Any = None
 _note: str | None = None  # why the native executor is not available (None: not tried yet, or available)
@@ -99,6 +100,9 @@ def _build() -> Any:
             return module
     if _compiler() is None:
         raise RuntimeError("no C++ compiler found (set CXX or install g++)")
+    lock = directory / "lock"
+    if lock.exists() and time.time() - lock.stat().st_mtime > _STALE_LOCK_S:
+        lock.unlink(missing_ok=True)  # a build killed midway: torch would wait on its lock forever
     start = time.perf_counter()
     from torch.utils import cpp_extension
 
