@@ -14,7 +14,9 @@ the median over its iterations, and the table the median over launches with the 
   collsched is faster), for ``dist.all_reduce``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``,
   ``broadcast`` and ``all_to_all_single`` with the policy's algorithm.
 - ``per-step host overhead``: ``runners.runner.run`` of a 2(p-1)-step ring all-reduce with chunks=8 on one
-  element per chunk (messages of 4 bytes): time per step, native and Python, same processes.
+  element per chunk (messages of 4 bytes): wall time per step, native and Python, same processes; ``per-step
+  host CPU``: the CPU time of the rank's process (all its threads, gloo's included) per step, which waiting
+  on a loaded machine does not inflate.
 - ``check``: a 4 KiB all-reduce (``runners.runner.run``) with the cross-rank argument check over one
   without, per engine (native: one round of messages; Python: gloo's all-gather, p-1 rounds).
 - ``overlap``: ``w = dist.all_reduce(x, async_op=True)`` (16 MiB), then 50 ms of pure-Python work, then
@@ -126,11 +128,14 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
         for i in range(warmup + iters):
             for name in ("native", "python"):
                 dist.barrier(group=gloo)
-                start = time.perf_counter()
-                run(sched, x, group=gloo, check=False, engine=name)
-                dt = (time.perf_counter() - start) / steps
+                start, cpu = time.perf_counter(), time.process_time()
+                for _ in range(10):
+                    run(sched, x, group=gloo, check=False, engine=name)
+                dt = (time.perf_counter() - start) / steps / 10
+                dcpu = (time.process_time() - cpu) / steps / 10  # this process's threads, gloo's included
                 if i >= warmup:
                     times.setdefault("per-step host overhead", {}).setdefault(name, []).append(dt)
+                    times.setdefault("per-step host CPU", {}).setdefault(name, []).append(dcpu)
     if args["steps"]:  # the default argument check: a checked 4 KiB all-reduce over an unchecked one
         sched = registry.get("allreduce", "recursive_doubling" if p & (p - 1) == 0 else "ring").build(p)
         x = torch.ones(1024)
@@ -175,7 +180,7 @@ def _rows(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     metrics = [m for m in launches[0] if m != "executed" and not m.startswith(("overlap", "check"))]
     for m in metrics:
         row: dict[str, Any] = {"metric": m}
-        if m == "per-step host overhead":
+        if m.startswith("per-step host"):
             ratios = [r[m]["native"] / r[m]["python"] for r in launches]
             row.update(native_us=statistics.median(1e6 * r[m]["native"] for r in launches),
                        python_us=statistics.median(1e6 * r[m]["python"] for r in launches), native_over_python=ratios)
