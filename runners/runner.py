@@ -49,8 +49,9 @@ runs the same check over the table, so a bad argument on one rank raises the
 same ``InputError`` on every rank and nothing hangs.
 
 Modules: ``runners.arguments`` (the cross-rank argument check), ``runners.buffers`` (working buffers and
-reduce ops), ``runners.staging`` (staging memory), ``runners.executors`` (the two executors) and
-``runners.errors``.
+reduce ops), ``runners.staging`` (staging memory), ``runners.executors`` (the two executors),
+``runners.native`` (the same two in C++, without the GIL: the default wherever the extension builds;
+``engine=`` or ``COLLSCHED_EXECUTOR`` chooses) and ``runners.errors``.
 """
 
 from __future__ import annotations
