@@ -49,8 +49,9 @@ runs the same check over the table, so a bad argument on one rank raises the
 same ``InputError`` on every rank and nothing hangs.
 
 Modules: ``runners.arguments`` (the cross-rank argument check), ``runners.buffers`` (working buffers and
-reduce ops), ``runners.staging`` (staging memory), ``runners.executors`` (the two executors) and
-``runners.errors``.
+reduce ops), ``runners.staging`` (staging memory), ``runners.executors`` (the two executors),
+``runners.native`` (the same two in C++, without the GIL: the default wherever the extension builds;
+``engine=`` or ``COLLSCHED_EXECUTOR`` chooses) and ``runners.errors``.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ import torch
 import torch.distributed as dist
 
 from algorithms.ir import Buf, Kind, Schedule
+from runners import native
 from runners.arguments import (
     OP_NAMES,
     REDUCING,
@@ -144,6 +146,7 @@ def run(
     timeout: float | timedelta | None = None,
     check: bool = True,
     executor: str = "auto",
+    engine: str | None = None,
 ) -> torch.Tensor | None:
     """Run ``schedule`` on ``group`` (default: the world); returns the result tensor of this rank.
 
@@ -167,7 +170,8 @@ def run(
     detected, as in torch.
 
     ``executor``: ``"grouped"``, ``"dataflow"`` (gloo only) or ``"auto"``
-    (see the module docstring).
+    (see the module docstring). ``engine``: ``"native"`` (runners.native: the C++ executor, no GIL),
+    ``"python"`` (runners.executors), or None: ``COLLSCHED_EXECUTOR``, native where it builds.
     """
     if not isinstance(schedule, Schedule):
         raise InputError(f"schedule must be a Schedule, got {type(schedule).__name__}")
@@ -191,6 +195,12 @@ def run(
         raise InputError(f"run({schedule.name} {coll.describe()}): the schedule cannot run: {plan.race}")
     if executor not in EXECUTORS:
         raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if engine not in (None, "native", "python"):
+        raise InputError(f"engine must be 'native', 'python' or None, got {engine!r}")
+    try:
+        engine = engine or native.chosen()
+    except ValueError as e:  # COLLSCHED_EXECUTOR names neither
+        raise InputError(str(e)) from None
     opi = op_index(op)
     devices = devices_of(group)
     code, detail, n = local_check(schedule, rank, tensor, output, opi, devices)
@@ -198,7 +208,10 @@ def run(
     deadline = time.monotonic() + seconds
     what = f"{schedule.name} {coll.describe()}"
     globals_ = [dist.get_global_rank(group, r) if group is not None else r for r in range(p)]
-    if check and p > 1:
+    if check and p > 1 and engine == "native" and meta_device(group).type == "cpu" and native.available():
+        table = native.exchange(row, group, globals_, rank, deadline, what)  # one round instead of p-1
+        check_table(schedule, table)
+    elif check and p > 1:
         table = exchange(row, group, globals_, meta_device(group), rank, deadline, what)
         check_table(schedule, table)
     else:
@@ -220,6 +233,11 @@ def run(
     chosen = _executor(executor, device, coll.kind)
     if device.type == "cuda":
         _ensure_communicator(group, device)
+    if engine == "native" and native.available():
+        native.execute(ctx, opi, dataflow=chosen == "dataflow")
+        if device.type == "cuda" and coll.kind is Kind.BARRIER:
+            torch.cuda.current_stream(device).synchronize()
+    elif device.type == "cuda":
         execute_grouped(ctx)
         if coll.kind is Kind.BARRIER:
             torch.cuda.current_stream(device).synchronize()  # a barrier holds the host, as torch's does

@@ -23,21 +23,23 @@ pytestmark = pytest.mark.multiprocess
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 
 
-@pytest.mark.parametrize("world", [4, 3])
-def test_reductions_match_gloo(world: int) -> None:
-    cases.spawn(cases.reductions, world)
+# The native executor (the default) and the Python one take turns over the world sizes, so that each runs
+# both kinds of cases without doubling the suite's time.
+@pytest.mark.parametrize(("world", "engine"), [(4, "native"), (3, "python")])
+def test_reductions_match_gloo(world: int, engine: str) -> None:
+    cases.spawn(cases.reductions, world, env={"COLLSCHED_EXECUTOR": engine})
 
 
-@pytest.mark.parametrize("world", [4, 3])
-def test_data_movement_matches_gloo(world: int) -> None:
-    cases.spawn(cases.movement, world)
+@pytest.mark.parametrize(("world", "engine"), [(4, "python"), (3, "native")])
+def test_data_movement_matches_gloo(world: int, engine: str) -> None:
+    cases.spawn(cases.movement, world, env={"COLLSCHED_EXECUTOR": engine})
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 5])
 def test_every_dtype_and_size(world: int) -> None:
-    cases.spawn(cases.reductions, world, True)
-    cases.spawn(cases.movement, world, True)
+    cases.spawn(cases.reductions, world, True, env={"COLLSCHED_EXECUTOR": "python"})
+    cases.spawn(cases.movement, world, True, env={"COLLSCHED_EXECUTOR": "native"})
 
 
 def _pinned_combinations() -> list[str]:
@@ -69,8 +71,9 @@ def test_objects_coalesced_p2p_functional_subgroups() -> None:
     cases.spawn(cases.api_surface, 4)
 
 
-def test_work_order_errors_and_timeouts() -> None:
-    cases.spawn(cases.work_semantics, 3)
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_work_order_errors_and_timeouts(engine: str) -> None:
+    cases.spawn(cases.work_semantics, 3, env={"COLLSCHED_EXECUTOR": engine})
 
 
 def test_ddp_matches_gloo() -> None:

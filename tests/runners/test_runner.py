@@ -22,6 +22,7 @@ from algorithms import registry
 from algorithms.builder import ScheduleBuilder
 from algorithms.ir import Collective, Kind, Schedule
 from runners import executors
+from runners import native as native_module
 from runners.launch import SpawnError, spawn
 from runners.runner import InputError, RunError, RunTimeout, run
 from tests.runners.runner_schedules import extra_schedules
@@ -118,10 +119,11 @@ def native(kind: Kind, x: torch.Tensor | None, op: str, root: int | None, p: int
 
 
 EXECUTORS: tuple[str, ...] = ("dataflow", "grouped")  # tests/gpu sets ("grouped",): the only executor nccl takes
+ENGINES = ("python", "native")  # runners.executors and the C++ one (runners.native), taking turns case by case
 
 
 def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, group: Any, exact: bool,
-             executors_: tuple[str, ...] | None = None) -> str | None:
+             executors_: tuple[str, ...] | None = None, engine: str = "python") -> str | None:
     """Run one case on this rank with every executor (or those given); what differs from torch, or None.
 
     torch's collective runs once; each executor then runs on a fresh copy of the same data."""
@@ -130,10 +132,10 @@ def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, gr
     kind, p, root = coll.kind, coll.ranks, coll.root
     me = dist.get_rank(group)
     gen = torch.Generator().manual_seed(seed * 1000 + me)
-    label = f"{sched.name} {coll.describe()} {str(dtype)[6:]} {op} N={n}"
+    label = f"{sched.name} {coll.describe()} {str(dtype)[6:]} {op} N={n} {engine}"
     if kind is Kind.BARRIER:
         for executor in chosen:
-            run(sched, group=group, timeout=60, executor=executor)
+            run(sched, group=group, timeout=60, executor=executor, engine=engine)
         return None
     segs_in = p if kind in (Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALLTOALL) else 1
     data: torch.Tensor | None = make_data(segs_in * n, dtype, op, gen, exact).to(DEVICE[0])
@@ -141,14 +143,14 @@ def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, gr
         data = None  # non-roots pass no input, as torch allows
     ref = native(kind, data, op, root, p, n, group, dtype)
     for executor in chosen:
-        err = _one_run(sched, data, ref, op, n, group, exact, executor, f"{label} [{executor}]")
+        err = _one_run(sched, data, ref, op, n, group, exact, executor, f"{label} [{executor}]", engine)
         if err:
             return err
     return None
 
 
 def _one_run(sched: Schedule, data: torch.Tensor | None, ref: torch.Tensor | None, op: str, n: int, group: Any,
-             exact: bool, executor: str, label: str) -> str | None:
+             exact: bool, executor: str, label: str, engine: str = "python") -> str | None:
     coll = sched.collective
     kind, p, root = coll.kind, coll.ranks, coll.root
     me = dist.get_rank(group)
@@ -157,11 +159,11 @@ def _one_run(sched: Schedule, data: torch.Tensor | None, ref: torch.Tensor | Non
     if coll.in_place:
         assert x is not None
         got: torch.Tensor | None = x
-        run(sched, x, op=OPS[op], group=group, timeout=60, executor=executor)
+        run(sched, x, op=OPS[op], group=group, timeout=60, executor=executor, engine=engine)
     else:
         segs_out = p if kind in (Kind.ALLGATHER, Kind.ALLTOALL, Kind.GATHER) else 1
         out = None if kind is Kind.GATHER and me != root else torch.full((segs_out * n,), 7).to(DEVICE[0], dtype)
-        got = run(sched, x, out, op=OPS[op], group=group, timeout=60, executor=executor)
+        got = run(sched, x, out, op=OPS[op], group=group, timeout=60, executor=executor, engine=engine)
         if x is not None and data is not None and not torch.equal(x, data):
             return f"{label}: rank {me}: the input of an out-of-place kind was modified"
     if ref is None:
@@ -208,14 +210,16 @@ def correctness_job(rank: int, dtypes: list[str], subgroup: list[int] | None, se
                     every = sizes(rng, sched.collective.chunks)
                     for n in every if dt_name == dtypes[0] else every[-1:]:
                         turn = (EXECUTORS[cases % len(EXECUTORS)],) if alternate else None
+                        engine = ENGINES[cases // len(EXECUTORS) % len(ENGINES) if alternate else cases % 2]
                         cases += 1
                         err = one_case(sched, dtype, op, n, rng.randrange(1 << 30), group, exact=True,
-                                       executors_=turn)
+                                       executors_=turn, engine=engine)
                         if err:
                             failures.append(err)
                 if dtype.is_floating_point:
+                    cases += 1
                     err = one_case(sched, dtype, "SUM", rng.randrange(1, 3000), rng.randrange(1 << 30), group,
-                                   exact=False)
+                                   exact=False, engine=ENGINES[cases % 2])
                     if err:
                         failures.append(err)
         if group is not None:
@@ -292,6 +296,7 @@ def bad_input_job(rank: int) -> list[tuple[str, str]]:
                                         f32.clone()),
         "bad timeout": lambda: run(ring, f32.clone(), timeout=-1),
         "unknown executor": lambda: run(ring, f32.clone(), executor="fast"),
+        "unknown engine": lambda: run(ring, f32.clone(), engine="cuda"),
         "a racing step": lambda: run(racing(p), f32.clone()),
     }
     seen = []
@@ -304,7 +309,8 @@ def bad_input_job(rank: int) -> list[tuple[str, str]]:
         # The group still works after every rejected call: nothing is left half-posted
         # (every other time without the metadata exchange).
         y = torch.full((5,), float(rank))
-        run(ring, y, timeout=60, check=i % 2 == 0, executor=("dataflow", "grouped")[i // 2 % 2])
+        run(ring, y, timeout=60, check=i % 2 == 0, executor=("dataflow", "grouped")[i // 2 % 2],
+            engine=ENGINES[i // 4 % 2])
         if y.tolist() != [float(sum(range(p)))] * 5:
             seen.append((name, f"group broken afterwards: {y.tolist()}"))
     return seen
@@ -322,6 +328,7 @@ def test_bad_inputs_raise_the_same_clear_error_on_every_rank() -> None:
         "output too small": "sizes do not fit", "schedule for another size": "the group has 3",
         "schedules differ": "disagree on the schedule", "bad timeout": "timeout must be positive",
         "unknown executor": "executor must be one of grouped, dataflow, auto",
+        "unknown engine": "engine must be 'native', 'python' or None, got 'cuda'",
         "a racing step": "step 3: transfers 0 (0.input[0:1] = 1.input[0:1]) and 1 (0.input[0:1] = 2.input[0:1]) "
                          "both write rank 0 input chunk 0",
     }
@@ -339,10 +346,16 @@ def test_bad_inputs_raise_the_same_clear_error_on_every_rank() -> None:
 # ------------------------------------------------------------------ failures
 
 
-def killed_peer_job(rank: int, executor: str = "dataflow") -> str:
-    """Rank 2 kills itself right after posting its first data send of a large all-reduce."""
+def killed_peer_job(rank: int, executor: str = "dataflow", engine: str = "python") -> str:
+    """Rank 2 kills itself right after posting its first data send of a large all-reduce (native: as it
+    starts executing, after the metadata exchange)."""
     sched = registry.get("allreduce", "ring").build(3, chunks=4)
-    if rank == 2:
+    if rank == 2 and engine == "native":
+        def die(*args: Any, **kwargs: Any) -> None:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        native_module.execute = die  # type: ignore[assignment]
+    elif rank == 2:
         isend = dist.isend
 
         def isend_then_die(*args: Any, tag: int = 0, **kwargs: Any) -> Any:
@@ -353,7 +366,7 @@ def killed_peer_job(rank: int, executor: str = "dataflow") -> str:
 
         dist.isend = isend_then_die  # type: ignore[assignment]
     try:
-        run(sched, torch.ones(1 << 20), timeout=120, executor=executor)
+        run(sched, torch.ones(1 << 20), timeout=120, executor=executor, engine=engine)
     except RunError as e:
         return f"{type(e).__name__}: {e}"
     except Exception as e:
@@ -362,10 +375,11 @@ def killed_peer_job(rank: int, executor: str = "dataflow") -> str:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("executor", ["dataflow", "grouped"])
-def test_a_killed_peer_makes_the_others_fail_naming_it(executor: str) -> None:
+def test_a_killed_peer_makes_the_others_fail_naming_it(executor: str, engine: str) -> None:
     with pytest.raises(SpawnError) as info:
-        spawn(killed_peer_job, 3, executor, timeout=200)
+        spawn(killed_peer_job, 3, executor, engine, timeout=200)
     outcomes = info.value.outcomes
     assert outcomes[2].exitcode == -signal.SIGKILL
     for o in outcomes[:2]:
@@ -374,8 +388,9 @@ def test_a_killed_peer_makes_the_others_fail_naming_it(executor: str) -> None:
         assert "peer rank 2" in o.value and "step" in o.value, o.value
 
 
-def silent_peer_job(rank: int, stall: bool, executor: str = "dataflow") -> str:
-    """Rank 1 never joins the run, or (``stall``) joins and stops after its first send; it stays alive."""
+def silent_peer_job(rank: int, stall: bool, executor: str = "dataflow", engine: str = "python") -> str:
+    """Rank 1 never joins the run, or (``stall``) joins and stops after its first send (native: as it starts
+    executing, after the metadata exchange); it stays alive."""
     sched = registry.get("allreduce", "ring").build(2, chunks=2)
     # Line the ranks up first: on a loaded machine one can start seconds after the other, and rank 0's
     # 1.5 s would then run out in the metadata exchange instead of at the step the test is about.
@@ -383,7 +398,13 @@ def silent_peer_job(rank: int, stall: bool, executor: str = "dataflow") -> str:
     if rank == 1 and not stall:
         time.sleep(4)
         return "stayed out"
-    if rank == 1:
+    if rank == 1 and engine == "native":
+        def stall_then_stop(*args: Any, **kwargs: Any) -> None:
+            time.sleep(4)
+            raise KeyboardInterrupt("stalled on purpose")
+
+        native_module.execute = stall_then_stop  # type: ignore[assignment]
+    elif rank == 1:
         isend = dist.isend
 
         def isend_then_stall(*args: Any, tag: int = 0, **kwargs: Any) -> Any:
@@ -394,26 +415,28 @@ def silent_peer_job(rank: int, stall: bool, executor: str = "dataflow") -> str:
             raise KeyboardInterrupt("stalled on purpose")
 
         dist.isend = isend_then_stall  # type: ignore[assignment]
+    if rank == 1:
         try:
-            run(sched, torch.ones(100), timeout=60, executor=executor)
+            run(sched, torch.ones(100), timeout=60, executor=executor, engine=engine)
         except KeyboardInterrupt:
             return "stalled"
     try:
-        run(sched, torch.ones(100), timeout=1.5, executor=executor)
+        run(sched, torch.ones(100), timeout=1.5, executor=executor, engine=engine)
     except RunTimeout as e:
         return f"{type(e).__name__}: {e}"
     return "finished"
 
 
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("executor", ["dataflow", "grouped"])
-def test_a_run_that_cannot_finish_times_out_naming_step_and_peer(executor: str) -> None:
-    stalled = spawn(silent_peer_job, 2, True, executor, timeout=200)
+def test_a_run_that_cannot_finish_times_out_naming_step_and_peer(executor: str, engine: str) -> None:
+    stalled = spawn(silent_peer_job, 2, True, executor, engine, timeout=200)
     assert stalled[1] == "stalled"
     assert stalled[0].startswith("RunTimeout"), stalled[0]
     assert "step 0 transfer" in stalled[0] and "peer rank 1" in stalled[0] and "1.5 s" in stalled[0], stalled[0]
     if executor == "dataflow":  # a peer that never calls run() fails the metadata check, whatever the executor
-        absent = spawn(silent_peer_job, 2, False, timeout=200)
+        absent = spawn(silent_peer_job, 2, False, executor, engine, timeout=200)
         assert absent[1] == "stayed out"
         assert absent[0].startswith("RunTimeout"), absent[0]
         assert "before step 0" in absent[0] and "peer rank 1" in absent[0], absent[0]

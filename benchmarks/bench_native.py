@@ -1,0 +1,244 @@
+"""Benchmark: the native executor against the Python one and against gloo, side by side in one job.
+
+    python benchmarks/bench_native.py [--nproc 4] [--launches 5] [--iters 7] [--sizes 4KiB,64KiB,1MiB,16MiB,64MiB]
+        [--kinds allreduce,allgather,reducescatter,broadcast,alltoall] [--no-overlap] [--no-steps] [--json]
+
+Each launch spawns ``--nproc`` ranks whose default group is ``collsched`` with the default argument check
+on (``COLLSCHED_CHECK=1``) and makes a gloo group over the same ranks; in each iteration the same call runs
+on gloo, on collsched with the native executor and on collsched with the Python executor
+(``COLLSCHED_EXECUTOR`` is flipped between calls; the backend reads it at each run), in an order that
+rotates every iteration, after a gloo barrier. An iteration's time is the slowest rank's; a launch reports
+the median over its iterations, and the table the median over launches with the spread (min-max).
+
+- ``busbw`` (one row per kind and size): ratio = gloo time / collsched time (= busbw ratio; above 1
+  collsched is faster), for ``dist.all_reduce``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``,
+  ``broadcast`` and ``all_to_all_single`` with the policy's algorithm.
+- ``per-step host overhead``: ``runners.runner.run`` of a 2(p-1)-step ring all-reduce with chunks=8 on one
+  element per chunk (messages of 4 bytes): wall time per step, native and Python, same processes; ``per-step
+  host CPU``: the CPU time of the rank's process (all its threads, gloo's included) per step, which waiting
+  on a loaded machine does not inflate.
+- ``check``: a 4 KiB all-reduce (``runners.runner.run``) with the cross-rank argument check over one
+  without, per engine (native: one round of messages; Python: gloo's all-gather, p-1 rounds).
+- ``overlap``: ``w = dist.all_reduce(x, async_op=True)`` (16 MiB), then 50 ms of pure-Python work, then
+  ``w.wait()``; total / max(communication alone, work alone), per backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+import torch.distributed as dist
+
+import runners.backend  # noqa: F401  (registers collsched in the spawned ranks too)
+from algorithms import registry
+from runners.launch import spawn
+from runners.runner import run
+from sim import units
+
+SIDES = ("gloo", "native", "python")
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"
+
+
+def _slowest(times: list[float], gloo: Any) -> list[float]:
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)
+    return t.tolist()
+
+
+def _call(kind: str, nbytes: int, p: int) -> Any:
+    """A function(group) making one torch call of ``kind`` whose nccl-tests size is ``nbytes``."""
+    n = max(nbytes // 4, p)
+    n -= n % p
+    if kind == "allreduce":
+        x = torch.ones(n)
+        return lambda g: dist.all_reduce(x, group=g)
+    if kind == "broadcast":
+        x = torch.ones(n)
+        return lambda g: dist.broadcast(x, src=0, group=g)
+    if kind == "allgather":
+        out, x = torch.empty(n), torch.ones(n // p)
+        return lambda g: dist.all_gather_into_tensor(out, x, group=g)
+    if kind == "reducescatter":
+        x, out = torch.ones(n), torch.empty(n // p)
+        return lambda g: dist.reduce_scatter_tensor(out, x, group=g)
+    if kind == "alltoall":
+        x, out = torch.ones(n), torch.empty(n)
+        return lambda g: dist.all_to_all_single(out, x, group=g)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def _side(name: str, world: Any, gloo: Any) -> Any:
+    if name != "gloo":
+        os.environ["COLLSCHED_EXECUTOR"] = name
+        return world
+    return gloo
+
+
+def _busy(seconds: float) -> int:
+    end = time.perf_counter() + seconds
+    k = 0
+    while time.perf_counter() < end:  # pure Python: holds the GIL but for the interpreter's switches
+        k += 1
+    return k
+
+
+def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
+    gloo = dist.new_group(backend="gloo")
+    world = dist.group.WORLD
+    p = dist.get_world_size()
+    iters, warmup = args["iters"], args["warmup"]
+    times: dict[str, dict[str, list[float]]] = {}
+
+    def timed(metric: str, i: int, fns: dict[str, Any]) -> None:
+        order = list(SIDES[i % 3:] + SIDES[:i % 3])
+        for name in order:
+            g = _side(name, world, gloo)
+            dist.barrier(group=gloo)
+            start = time.perf_counter()
+            fns[name](g)
+            dt = time.perf_counter() - start
+            if i >= warmup:
+                times.setdefault(metric, {}).setdefault(name, []).append(dt)
+
+    for kind in args["kinds"]:
+        for size in args["sizes"]:
+            call = _call(kind, size, p)
+            for i in range(warmup + iters):
+                timed(f"{kind} {_size(size)}", i, dict.fromkeys(SIDES, call))
+    if args["steps"]:
+        sched = registry.get("allreduce", "ring").build(p, chunks=8)
+        x = torch.ones(sched.collective.chunks)
+        steps = len(sched.steps)
+        for i in range(warmup + iters):
+            for name in ("native", "python"):
+                dist.barrier(group=gloo)
+                start, cpu = time.perf_counter(), time.process_time()
+                for _ in range(10):
+                    run(sched, x, group=gloo, check=False, engine=name)
+                dt = (time.perf_counter() - start) / steps / 10
+                dcpu = (time.process_time() - cpu) / steps / 10  # this process's threads, gloo's included
+                if i >= warmup:
+                    times.setdefault("per-step host overhead", {}).setdefault(name, []).append(dt)
+                    times.setdefault("per-step host CPU", {}).setdefault(name, []).append(dcpu)
+    if args["steps"]:  # the default argument check: a checked 4 KiB all-reduce over an unchecked one
+        sched = registry.get("allreduce", "recursive_doubling" if p & (p - 1) == 0 else "ring").build(p)
+        x = torch.ones(1024)
+        for i in range(warmup + iters):
+            for name in ("native", "python"):
+                for check in (False, True):
+                    dist.barrier(group=gloo)
+                    start = time.perf_counter()
+                    run(sched, x, group=gloo, check=check, engine=name)
+                    if i >= warmup:
+                        times.setdefault(f"check {name}", {}).setdefault(str(check), []).append(
+                            time.perf_counter() - start)
+    if args["overlap"]:
+        x = torch.ones(1 << 22)  # 16 MiB
+        for i in range(warmup + iters):
+            for name in SIDES:
+                g = _side(name, world, gloo)
+                for what in ("comm", "work", "both"):
+                    dist.barrier(group=gloo)
+                    start = time.perf_counter()
+                    if what == "work":
+                        _busy(0.05)
+                    else:
+                        w = dist.all_reduce(x, group=g, async_op=True)
+                        if what == "both":
+                            _busy(0.05)
+                        assert w is not None
+                        w.wait()
+                    if i >= warmup:
+                        times.setdefault(f"overlap {what}", {}).setdefault(name, []).append(
+                            time.perf_counter() - start)
+    os.environ.pop("COLLSCHED_EXECUTOR", None)
+    out = {m: {n: statistics.median(_slowest(ts, gloo)) for n, ts in by.items()} for m, by in times.items()}
+    out["executed"] = dict(world.executed)  # type: ignore[union-attr]
+    dist.barrier(group=gloo)
+    dist.destroy_process_group(gloo)
+    return out
+
+
+def _rows(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    metrics = [m for m in launches[0] if m != "executed" and not m.startswith(("overlap", "check"))]
+    for m in metrics:
+        row: dict[str, Any] = {"metric": m}
+        if m.startswith("per-step host"):
+            ratios = [r[m]["native"] / r[m]["python"] for r in launches]
+            row.update(native_us=statistics.median(1e6 * r[m]["native"] for r in launches),
+                       python_us=statistics.median(1e6 * r[m]["python"] for r in launches), native_over_python=ratios)
+        else:
+            for side in ("native", "python"):
+                row[side] = [r[m]["gloo"] / r[m][side] for r in launches]
+            row["gloo_ms"] = statistics.median(1e3 * r[m]["gloo"] for r in launches)
+        rows.append(row)
+    for side in ("native", "python"):
+        if f"check {side}" in launches[0]:
+            rows.append({"metric": f"check {side}", "checked_over_unchecked": [
+                r[f"check {side}"]["True"] / r[f"check {side}"]["False"] for r in launches]})
+    if "overlap both" in launches[0]:
+        for side in SIDES:
+            ratios = [r["overlap both"][side] / max(r["overlap comm"][side], r["overlap work"][side])
+                      for r in launches]
+            rows.append({"metric": f"overlap {side}", "total_over_max": ratios,
+                         "comm_ms": statistics.median(1e3 * r["overlap comm"][side] for r in launches)})
+    return rows
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nproc", type=int, default=4)
+    parser.add_argument("--launches", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--sizes", default="4KiB,64KiB,1MiB,16MiB,64MiB")
+    parser.add_argument("--kinds", default="allreduce,allgather,reducescatter,broadcast,alltoall")
+    parser.add_argument("--no-overlap", dest="overlap", action="store_false")
+    parser.add_argument("--no-steps", dest="steps", action="store_false")
+    parser.add_argument("--json", action="store_true")
+    ns = parser.parse_args()
+    args = vars(ns) | {"sizes": [int(s) for s in units.parse_sizes(ns.sizes)], "kinds": ns.kinds.split(",")}
+    os.environ["COLLSCHED_CHECK"] = "1"  # the default check on
+    launches = [spawn(_rank, ns.nproc, args, backend="collsched", timeout=3000)[0] for _ in range(ns.launches)]
+    rows = _rows(launches)
+    if ns.json:
+        print(json.dumps({"rows": rows, "executed": launches[0]["executed"]}, indent=2))
+        return
+    print(f"{ns.nproc} ranks, {ns.launches} launches x {ns.iters} iterations; median (min-max) over launches")
+    for r in rows:
+        if "native" in r:
+            print(f"{r['metric']:<22} gloo {r['gloo_ms']:8.2f} ms   gloo/native {_spread(r['native'])}   "
+                  f"gloo/python {_spread(r['python'])}")
+        elif "python_us" in r:
+            print(f"{r['metric']:<22} native {r['native_us']:.1f} us/step, python {r['python_us']:.1f} us/step, "
+                  f"native/python {_spread(r['native_over_python'])}")
+        elif "checked_over_unchecked" in r:
+            print(f"{r['metric']:<22} checked / unchecked 4 KiB all-reduce {_spread(r['checked_over_unchecked'])}")
+        else:
+            print(f"{r['metric']:<22} total / max(alone) {_spread(r['total_over_max'])}   comm {r['comm_ms']:.1f} ms")
+    print("collsched ran:", ", ".join(f"{k} x{v}" for k, v in sorted(launches[0]["executed"].items())))
+
+
+if __name__ == "__main__":
+    main()

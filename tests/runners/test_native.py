@@ -1,0 +1,106 @@
+"""The native executor (runners.native, runners/csrc/executor.cpp): GIL, choice and build fallback.
+
+Correctness against torch runs in tests/runners/test_runner.py, whose cases take turns between the
+Python and the native engine, and whose failure tests run on both.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from algorithms import registry
+from runners import native
+from runners.launch import spawn
+from runners.runner import run
+
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
+
+
+def gil_job(rank: int, engines: list[str], cap: float) -> list[tuple[str, bool]]:
+    """Rank 0 runs an all-reduce on a thread while its main thread spins in pure Python, never releasing the
+    GIL (switch interval raised); whether the collective completed while the spinning went on, per engine.
+
+    Rank 1 joins each run late, so rank 0's collective is in flight (blocked on its peer) when the
+    spinning starts: it can only finish if the executor needs no GIL to take the data and reduce it."""
+    sched = registry.get("allreduce", "recursive_doubling").build(2)
+    seen = []
+    for engine in engines:
+        warm = torch.ones(64)
+        run(sched, warm, check=False, engine=engine)  # plans, buffers and the extension are ready
+        dist.barrier()
+        x = torch.full((64,), float(rank + 1))
+        if rank == 1:
+            time.sleep(1.5)
+            run(sched, x, check=False, engine=engine, timeout=60)
+            seen.append((engine, True))
+            continue
+        worker = threading.Thread(target=run, args=(sched, x), kwargs={"check": False, "engine": engine,
+                                                                       "timeout": 60})
+        worker.start()
+        time.sleep(0.5)  # the worker is now blocked in the run, waiting for rank 1
+        view = x.numpy()  # numpy indexing keeps the GIL (torch's item() releases it)
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1000.0)
+        try:
+            end = time.monotonic() + cap
+            finished = False
+            while time.monotonic() < end:  # pure Python: this thread keeps the GIL
+                if view[0] == 3.0:
+                    finished = True
+                    break
+        finally:
+            sys.setswitchinterval(interval)
+        worker.join()
+        seen.append((engine, finished))
+    return seen
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_the_native_executor_finishes_a_collective_while_python_holds_the_gil() -> None:
+    if not native.available():
+        pytest.skip(f"native executor not built: {native.build_note()}")
+    # The Python engine is the control: the same collective cannot finish while the GIL is held.
+    got = spawn(gil_job, 2, ["native", "python"], 4.0, timeout=240)
+    assert got[0] == [("native", True), ("python", False)], got
+
+
+def test_collsched_executor_chooses_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native.ENV_EXECUTOR, "python")
+    assert native.chosen() == "python"
+    monkeypatch.setenv(native.ENV_EXECUTOR, "fast")
+    with pytest.raises(ValueError, match="COLLSCHED_EXECUTOR must be 'native' or 'python', got 'fast'"):
+        native.chosen()
+    monkeypatch.setenv(native.ENV_EXECUTOR, "native")
+    assert native.chosen() == ("native" if native.available() else "python")
+    monkeypatch.delenv(native.ENV_EXECUTOR)
+    assert native.chosen() == ("native" if native.available() else "python")
+
+
+@pytest.mark.multiprocess
+def test_no_compiler_means_one_line_and_the_python_executor(tmp_path: Path) -> None:
+    # A fresh cache and no compiler on PATH: the build cannot start; one line says why and runs go on in Python.
+    probe = ("import torch.distributed as dist, torch; from runners import native; from runners.runner import run;"
+             "from algorithms import registry;"
+             "dist.init_process_group('gloo', init_method='file://STORE', rank=0, world_size=1);"
+             "x = torch.ones(4); run(registry.get('allreduce', 'ring').build(1), x);"
+             "print(native.chosen(), x.tolist()); dist.destroy_process_group()")
+    probe = probe.replace("STORE", str(tmp_path / "store"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLLSCHED_CACHE": str(tmp_path), "PATH": str(tmp_path),
+           "CXX": "no-such-compiler"}
+    env.pop(native.ENV_EXECUTOR, None)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["python", "[1.0,", "1.0,", "1.0,", "1.0]"], out.stdout
+    lines = [line for line in out.stderr.splitlines() if "native executor" in line]
+    assert lines == ["collsched: native executor unavailable (no C++ compiler found (set CXX or install g++)); "
+                     "the Python executor runs"], out.stderr[-2000:]
