@@ -203,7 +203,8 @@ def test_a_calibrated_copy_makes_predictions_and_tune_count_it(tmp_path: Path) -
     hand_made = C.hand_made_preference()
     pick = {name: tune(x, 2, [64 * KIB], kinds=[Kind.REDUCESCATTER], prefer=hand_made)["reducescatter"][0]["algorithm"]
             for name, x in (("slow", slow), ("bare", bare))}
-    assert pick == {"slow": "ring", "bare": "recursive_halving"}
+    # (nccl_ring on ranks of one GPU per node is the same ring, and ties with it)
+    assert pick["bare"] == "recursive_halving" and pick["slow"] in {"ring", "nccl_ring"}
 
 
 def test_without_collectives_the_flow_patterns_set_the_host_cap() -> None:

@@ -74,6 +74,7 @@ def test_the_native_executor_finishes_a_collective_while_python_holds_the_gil() 
     assert got[0] == [("native", True), ("python", False)], got
 
 
+@pytest.mark.multiprocess  # native.available() may build the extension (ninja, g++)
 def test_collsched_executor_chooses_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(native.ENV_EXECUTOR, "python")
     assert native.chosen() == "python"
