@@ -1,0 +1,205 @@
+"""All-to-all(v) synthesis from the max-concurrent-flow LP: routes and rates over several paths, pipelined.
+
+``synthesize_alltoall(topology, counts)`` returns an ordinary ``Schedule``
+(it verifies, simulates, exports and runs like any library algorithm).
+
+Method:
+
+1. Rates: ``sim.bounds.lp.routed_flow`` solves the max-concurrent-flow LP on
+   the overlay of rank pairs, where a hop u -> v is a message on the route the
+   simulator gives that pair and a relay is a rank that stores and forwards
+   (switches never store). When every pair's own route is within
+   ``DIRECT_SLACK`` of it, the pairs send directly (fewer transfers, no relay
+   memory); large worlds (over ``RELAY_MAX_RANKS``) send directly without
+   solving.
+2. Paths: each source's flow is cut into paths, one sink at a time (walk back
+   from the sink along edges that carry flow, take the smallest of them and
+   the sink's remaining demand; a cycle met on the way is cancelled), the
+   standard flow decomposition (Ahuja, Magnanti & Orlin, "Network Flows",
+   1993, §3.5).
+3. Chunks: the block s -> j of ``counts[s][j]`` chunks is shared among its
+   paths by largest remainder, in proportion to their flow, each path taking
+   a contiguous range. A one-hop path sends its range in one transfer; a path
+   through relays sends chunk by chunk, through lanes (``sim.bounds.packing``'s
+   emitter: a scratch slot per message in flight), so that the relay forwards
+   chunk i while chunk i+1 is on its way: the path is a pipeline.
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
+from sim.bounds.lp import RoutedFlow, check_matrix, routed_flow
+from sim.bounds.packing import LANES, SynthesisError, _Emitter
+from sim.topology import Topology
+
+__all__ = ["DIRECT_SLACK", "RELAY_MAX_RANKS", "alltoall_chunks", "decompose", "paths_for", "synthesize_alltoall"]
+
+DIRECT_SLACK = 0.02
+"""Send every pair directly when that load is within this fraction of the LP's (relays cost transfers and memory)."""
+RELAY_MAX_RANKS = 64
+"""Above this many ranks the overlay LP (p³ variables) is not solved and every pair sends directly."""
+_EPS = 1e-12
+
+Path = tuple[int, ...]
+SlotOf = Callable[[int, int, int], tuple[Buf, int]]
+"""(source, destination, chunk i of the block) -> (buffer, index) on the source (input) or destination (output)."""
+
+
+def alltoall_chunks(ranks: int) -> int:
+    """Chunks per block when none are asked for: enough for the LP's path shares to round well on small worlds,
+    about ranks²·chunks transfers kept near a million on large ones."""
+    return max(1, min(16, 4_000_000 // max(ranks * ranks, 1)))
+
+
+def decompose(flow: np.ndarray, source: int, demand: np.ndarray) -> dict[int, list[tuple[Path, float]]]:
+    """Paths from ``source`` carrying each sink's ``demand`` in ``flow`` (p x p, bytes on u -> v), by walking back
+    from every sink along edges with flow (module docstring, step 2). Demand the flow does not reach (LP rounding)
+    goes on the direct edge."""
+    f = flow.copy()
+    f[f < 0] = 0.0
+    scale = float(demand.max()) if demand.size else 0.0
+    tol = max(scale, 1.0) * 1e-9
+    out: dict[int, list[tuple[Path, float]]] = {}
+    for j in np.flatnonzero(demand > 0):
+        j = int(j)
+        need = float(demand[j])
+        got: list[tuple[Path, float]] = []
+        while need > tol:
+            walk = [j]
+            seen = {j: 0}
+            cur = j
+            while cur != source:
+                u = int(np.argmax(f[:, cur]))
+                if f[u, cur] <= tol:
+                    walk = []
+                    break
+                if u in seen:  # a cycle of flow: cancel it and walk again
+                    cyc = [u, *reversed(walk[seen[u]:])]  # u -> ... -> u in flow direction
+                    edges = list(zip(cyc[:-1], cyc[1:], strict=True))
+                    m = min(f[a, b] for a, b in edges)
+                    for a, b in edges:
+                        f[a, b] -= m
+                    walk = [j]
+                    seen = {j: 0}
+                    cur = j
+                    continue
+                seen[u] = len(walk)
+                walk.append(u)
+                cur = u
+            if not walk:
+                got.append(((source, j), need))
+                break
+            path = tuple(reversed(walk))
+            edges = list(zip(path[:-1], path[1:], strict=True))
+            amount = min(need, *(f[a, b] for a, b in edges))
+            for a, b in edges:
+                f[a, b] -= amount
+            need -= amount
+            got.append((path, amount))
+        out[j] = got
+    return out
+
+
+def _shares(amounts: list[float], chunks: int) -> list[int]:
+    """``chunks`` shared in proportion to ``amounts`` by largest remainder."""
+    total = sum(amounts)
+    if total <= 0:
+        return [chunks] + [0] * (len(amounts) - 1)
+    ideal = [a / total * chunks for a in amounts]
+    base = [int(x) for x in ideal]
+    for k in sorted(range(len(ideal)), key=lambda k: base[k] - ideal[k])[:chunks - sum(base)]:
+        base[k] += 1
+    return base
+
+
+def paths_for(topology: Topology, counts: np.ndarray, *, relays: bool | None = None,
+              ) -> tuple[dict[tuple[int, int], list[tuple[Path, int]]], RoutedFlow]:
+    """Every block's paths with their chunk counts (module docstring, steps 1-3), and the flow they came from."""
+    p = topology.ranks
+    direct = routed_flow(topology, counts, relays=False)
+    flow = direct
+    if relays is None:
+        relays = p <= RELAY_MAX_RANKS
+    if relays and p > 2:
+        lp = routed_flow(topology, counts, relays=True)
+        if direct.time_s > lp.time_s * (1 + DIRECT_SLACK):
+            flow = lp
+    blocks: dict[tuple[int, int], list[tuple[Path, int]]] = {}
+    for s in range(p):
+        row = counts[s].astype(float)
+        row[s] = 0.0
+        if not row.any():
+            continue
+        parts = decompose(flow.flow.get(s, np.zeros((p, p))), s, row) if flow is not direct else \
+            {int(j): [((s, int(j)), float(row[j]))] for j in np.flatnonzero(row > 0)}
+        for j, paths in parts.items():
+            merged: dict[Path, float] = {}
+            for path, a in paths:
+                merged[path] = merged.get(path, 0.0) + a
+            items = sorted(merged.items(), key=lambda kv: (len(kv[0]), kv[0]))
+            shares = _shares([a for _, a in items], int(counts[s, j]))
+            blocks[(s, j)] = [(path, q) for (path, _), q in zip(items, shares, strict=True) if q > 0]
+    return blocks, flow
+
+
+def synthesize_alltoall(topology: Topology, counts: np.ndarray | None = None, *, chunks: int | None = None,
+                        relays: bool | None = None, collective: Collective | None = None,
+                        src_slot: SlotOf | None = None, dst_slot: SlotOf | None = None) -> Schedule:
+    """An all-to-all schedule on ``topology`` from the LP's flows (module docstring), named ``synth``.
+
+    Even all-to-all (``counts`` None): ``chunks`` per block (default ``alltoall_chunks``). Otherwise ``counts``
+    is a ranks x ranks matrix of chunks per block, and ``collective``, ``src_slot`` and ``dst_slot`` say where
+    block (s, j)'s chunk i lives in the source's input and lands in the destination's output.
+    """
+    p = topology.ranks
+    if counts is None:
+        c = alltoall_chunks(p) if chunks is None else chunks
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise SynthesisError(f"chunks must be an integer >= 1, got {chunks!r}")
+        counts = np.full((p, p), c, dtype=np.int64)
+        collective = Collective(Kind.ALLTOALL, p, c)
+
+        def src_slot(s: int, j: int, i: int, c: int = c) -> tuple[Buf, int]:
+            return Buf.INPUT, j * c + i
+
+        def dst_slot(s: int, j: int, i: int, c: int = c) -> tuple[Buf, int]:
+            return Buf.OUTPUT, s * c + i
+    else:
+        try:
+            counts = check_matrix(counts, p)
+        except ValueError as err:
+            raise SynthesisError(str(err)) from None
+        if collective is None or src_slot is None or dst_slot is None:
+            raise SynthesisError("a traffic matrix needs its collective and the slots of its blocks")
+        if (counts != np.round(counts)).any():
+            i, j = (int(x) for x in np.argwhere(counts != np.round(counts))[0])
+            raise SynthesisError(f"matrix row {i}: entry {j} is {counts[i, j]!r}; chunk counts are whole numbers")
+        counts = counts.astype(np.int64)
+    e = _Emitter(p, LANES)
+    for r in range(p):
+        if counts[r, r] > 0:  # the own block: one local copy (contiguous, as every block is)
+            e.local(0, r, src_slot(r, r, 0), dst_slot(r, r, 0), int(counts[r, r]))
+    blocks, _flow = paths_for(topology, counts, relays=relays)
+    for (s, j), paths in sorted(blocks.items()):
+        i0 = 0
+        for path, q in paths:
+            if len(path) == 2:
+                sb, si = src_slot(s, j, i0)
+                db, di = dst_slot(s, j, i0)
+                e.fixed.append((0, Transfer(s, j, sb, si, db, di, q, Op.COPY)))
+            else:
+                hops = list(zip(path[:-1], path[1:], strict=True))
+                held = {v: e.reserve(v, q) for v in path[1:-1]}
+                for i in range(q):
+                    for d, (u, v) in enumerate(hops):
+                        src = src_slot(s, j, i0 + i) if u == s else (Buf.SCRATCH, held[u] + i)
+                        dst = dst_slot(s, j, i0 + i) if v == j else (Buf.SCRATCH, held[v] + i)
+                        e.send(0, 2 * i + d, u, src, v, dst, staged=0 if u == s else -1)
+            i0 += q
+    return e.schedule(collective, "synth")
