@@ -10,6 +10,7 @@ from algorithms.library import (
     allgather,
     allreduce,
     alltoall,
+    alltoallv,
     barrier,
     broadcast,
     gather,
@@ -20,5 +21,5 @@ from algorithms.library import (
     torus,
 )
 
-__all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "reduce", "reducescatter",
-           "scatter", "swing", "torus"]
+__all__ = ["allgather", "allreduce", "alltoall", "alltoallv", "barrier", "broadcast", "gather", "reduce",
+           "reducescatter", "scatter", "swing", "torus"]
