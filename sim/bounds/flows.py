@@ -30,12 +30,10 @@ This module does not import torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
-from sim.bounds.lp import RoutedFlow, check_matrix, routed_flow
+from sim.bounds.lp import RoutedFlow, routed_flow
 from sim.bounds.packing import SynthesisError
 from sim.topology import Topology
 
@@ -50,9 +48,10 @@ WINDOW = 1
 (measured at 1 GiB, 16 chunks: torus:4x4 97.7% of the LP bound with 1, 95.9% with 2, 91.5% with 4, 71% with
 all of them at once; ring:8 99.3%, 97.0%, 88.9%): paced paths keep every tight link busy to the end."""
 
+MESSAGES_PER_PATH = 16
+"""Messages of about equal size a path is cut into on average (an all-to-allv's blocks hold many chunks)."""
+
 Path = tuple[int, ...]
-SlotOf = Callable[[int, int, int], tuple[Buf, int]]
-"""(source, destination, chunk i of the block) -> (buffer, index) on the source (input) or destination (output)."""
 
 
 def alltoall_chunks(ranks: int) -> int:
@@ -152,63 +151,56 @@ def paths_for(topology: Topology, counts: np.ndarray, *, relays: bool | None = N
     return blocks, flow
 
 
-def synthesize_alltoall(topology: Topology, counts: np.ndarray | None = None, *, chunks: int | None = None,
-                        relays: bool | None = None, collective: Collective | None = None,
-                        src_slot: SlotOf | None = None, dst_slot: SlotOf | None = None,
-                        window: int = WINDOW) -> Schedule:
-    """An all-to-all schedule on ``topology`` from the LP's flows (module docstring), named ``synth``.
+def synthesize_alltoall(topology: Topology, *, chunks: int | None = None, matrix: object = None,
+                        relays: bool | None = None, window: int = WINDOW) -> Schedule:
+    """An all-to-all(v) schedule on ``topology`` from the LP's flows (module docstring), named ``synth``.
 
-    Even all-to-all (``counts`` None): ``chunks`` per block (default ``alltoall_chunks``). Otherwise ``counts``
-    is a ranks x ranks matrix of chunks per block, and ``collective``, ``src_slot`` and ``dst_slot`` say where
-    block (s, j)'s chunk i lives in the source's input and lands in the destination's output.
+    Without ``matrix``: the even all-to-all of ``chunks`` chunks per block (default ``alltoall_chunks``).
+    With it: the all-to-allv of that traffic matrix in chunks (``algorithms.matrices``; a bad one is refused
+    naming its row). ``relays``: allow paths through other ranks (default: up to ``RELAY_MAX_RANKS`` ranks).
     """
     p = topology.ranks
-    if counts is None:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise SynthesisError(f"window must be an integer >= 1, got {window!r}")
+    if matrix is None:
         c = alltoall_chunks(p) if chunks is None else chunks
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
             raise SynthesisError(f"chunks must be an integer >= 1, got {chunks!r}")
-        counts = np.full((p, p), c, dtype=np.int64)
-        collective = Collective(Kind.ALLTOALL, p, c)
-
-        def src_slot(s: int, j: int, i: int, c: int = c) -> tuple[Buf, int]:
-            return Buf.INPUT, j * c + i
-
-        def dst_slot(s: int, j: int, i: int, c: int = c) -> tuple[Buf, int]:
-            return Buf.OUTPUT, s * c + i
+        coll = Collective(Kind.ALLTOALL, p, c)
     else:
-        try:
-            counts = check_matrix(counts, p)
-        except ValueError as err:
-            raise SynthesisError(str(err)) from None
-        if collective is None or src_slot is None or dst_slot is None:
-            raise SynthesisError("a traffic matrix needs its collective and the slots of its blocks")
-        if (counts != np.round(counts)).any():
-            i, j = (int(x) for x in np.argwhere(counts != np.round(counts))[0])
-            raise SynthesisError(f"matrix row {i}: entry {j} is {counts[i, j]!r}; chunk counts are whole numbers")
-        counts = counts.astype(np.int64)
+        if chunks not in (None, 1):
+            raise SynthesisError(f"chunks: an alltoallv's matrix counts its chunks, got chunks={chunks!r}")
+        coll = Collective(Kind.ALLTOALLV, p, matrix=matrix)  # type: ignore[arg-type]
+    counts = np.array(coll.traffic(), dtype=np.int64)
+    send = np.array([[coll.send_offset(s, j) for j in range(p)] for s in range(p)], dtype=np.int64)
+    recv = np.array([[coll.recv_offset(j, s) for j in range(p)] for s in range(p)], dtype=np.int64)
     steps: dict[int, list[Transfer]] = {}
     scratch = [0] * p
     for r in range(p):
-        if counts[r, r] > 0:  # the own block: one local copy (contiguous, as every block is)
-            sb, si = src_slot(r, r, 0)
-            db, di = dst_slot(r, r, 0)
-            steps.setdefault(0, []).append(Transfer(r, r, sb, si, db, di, int(counts[r, r]), Op.COPY))
+        if counts[r, r] > 0:  # the own block: one local copy
+            steps.setdefault(0, []).append(Transfer(r, r, Buf.INPUT, int(send[r, r]), Buf.OUTPUT, int(recv[r, r]),
+                                                    int(counts[r, r]), Op.COPY))
     blocks, _flow = paths_for(topology, counts, relays=relays)
+    sizes = [q for paths in blocks.values() for _, q in paths]
+    grain = max(1, -(-sum(sizes) // max(1, MESSAGES_PER_PATH * len(sizes))))
+    typical = float(np.median(sizes)) if sizes else 1.0
     for (s, j), paths in sorted(blocks.items()):
         i0 = 0
         for path, q in paths:
-            _emit_path(steps, scratch, path, q, window, lambda i, s=s, j=j, i0=i0: src_slot(s, j, i0 + i),
-                       lambda i, s=s, j=j, i0=i0: dst_slot(s, j, i0 + i))
+            width = max(window, round(window * q / typical))  # rate in proportion to the path's bytes
+            _emit_path(steps, scratch, path, q, width, grain, int(send[s, j]) + i0, int(recv[s, j]) + i0)
             i0 += q
-    return Schedule(collective, "synth", tuple(Step(tuple(steps[k])) for k in sorted(steps)),
+    return Schedule(coll, "synth", tuple(Step(tuple(steps[k])) for k in sorted(steps)),
                     scratch_chunks=max(scratch, default=0))
 
 
-def _emit_path(steps: dict[int, list[Transfer]], scratch: list[int], path: Path, q: int, window: int,
-               src: Callable[[int], tuple[Buf, int]], dst: Callable[[int], tuple[Buf, int]]) -> None:
-    """The q chunks of one path, one message per chunk and hop, ``window`` of them in flight at the source
-    (module docstring, step 3); steps by list scheduling, so that lockstep order is correct too."""
-    width = max(1, min(window, q))
+def _emit_path(steps: dict[int, list[Transfer]], scratch: list[int], path: Path, q: int, window: int, grain: int,
+               src: int, dst: int) -> None:
+    """The q chunks of one path (``src`` in the source's input, ``dst`` in the sink's output), in messages of
+    ``grain`` chunks, ``window`` of them in flight at the source (module docstring, step 3); steps by list
+    scheduling, so that the lockstep order is correct too."""
+    pieces = [(k, min(grain, q - k)) for k in range(0, q, grain)]
+    width = max(1, min(window, len(pieces)))
     s = path[0]
     hops = list(zip(path[:-1], path[1:], strict=True))
     held = {}
@@ -216,24 +208,23 @@ def _emit_path(steps: dict[int, list[Transfer]], scratch: list[int], path: Path,
         held[v] = scratch[v]
         scratch[v] += q
     lanes: list[int] = []
-    if width < q:
-        lanes = list(range(scratch[s], scratch[s] + width))
-        scratch[s] += width
+    if width < len(pieces):
+        lanes = [scratch[s] + k * grain for k in range(width)]
+        scratch[s] += width * grain
     last = [-1] * width
-    for i in range(q):
+    for n, (k, cnt) in enumerate(pieces):
         if lanes:
-            k = i % width
-            at = last[k] + 1  # the copy into the lane waits for the lane's previous send (write after read)
-            sb, si = src(i)
-            steps.setdefault(at, []).append(Transfer(s, s, sb, si, Buf.SCRATCH, lanes[k], 1, Op.COPY))
+            w = n % width
+            at = last[w] + 1  # the copy into the lane waits for the lane's previous send (write after read)
+            steps.setdefault(at, []).append(Transfer(s, s, Buf.INPUT, src + k, Buf.SCRATCH, lanes[w], cnt, Op.COPY))
             at += 1
-            last[k] = at
-            first = (Buf.SCRATCH, lanes[k])
+            last[w] = at
+            first = (Buf.SCRATCH, lanes[w])
         else:
             at = 0
-            first = src(i)
+            first = (Buf.INPUT, src + k)
         for d, (u, v) in enumerate(hops):
-            a = first if d == 0 else (Buf.SCRATCH, held[u] + i)
-            b = dst(i) if v == path[-1] else (Buf.SCRATCH, held[v] + i)
-            steps.setdefault(at, []).append(Transfer(u, v, a[0], a[1], b[0], b[1], 1, Op.COPY))
+            a = first if d == 0 else (Buf.SCRATCH, held[u] + k)
+            b = (Buf.OUTPUT, dst + k) if v == path[-1] else (Buf.SCRATCH, held[v] + k)
+            steps.setdefault(at, []).append(Transfer(u, v, a[0], a[1], b[0], b[1], cnt, Op.COPY))
             at += 1
