@@ -30,6 +30,8 @@ This module does not import torch.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
@@ -64,49 +66,49 @@ def decompose(flow: np.ndarray, source: int, demand: np.ndarray) -> dict[int, li
     """Paths from ``source`` carrying each sink's ``demand`` in ``flow`` (p x p, bytes on u -> v), by walking back
     from every sink along edges with flow (module docstring, step 2). Demand the flow does not reach (LP rounding)
     goes on the direct edge."""
-    f = flow.copy()
-    f[f < 0] = 0.0
-    scale = float(demand.max()) if demand.size else 0.0
-    tol = max(scale, 1.0) * 1e-9
+    f = np.maximum(np.asarray(flow, dtype=float), 0.0)
+    tol = max(float(demand.max()) if demand.size else 0.0, 1.0) * 1e-9
     out: dict[int, list[tuple[Path, float]]] = {}
-    for j in np.flatnonzero(demand > 0):
-        j = int(j)
+    for sink in np.flatnonzero(demand > 0).tolist():
+        j = int(sink)
         need = float(demand[j])
         got: list[tuple[Path, float]] = []
         while need > tol:
-            walk = [j]
-            seen = {j: 0}
-            cur = j
-            while cur != source:
-                u = int(np.argmax(f[:, cur]))
-                if f[u, cur] <= tol:
-                    walk = []
-                    break
-                if u in seen:  # a cycle of flow: cancel it and walk again
-                    cyc = [u, *reversed(walk[seen[u]:])]  # u -> ... -> u in flow direction
-                    edges = list(zip(cyc[:-1], cyc[1:], strict=True))
-                    m = min(f[a, b] for a, b in edges)
-                    for a, b in edges:
-                        f[a, b] -= m
-                    walk = [j]
-                    seen = {j: 0}
-                    cur = j
-                    continue
-                seen[u] = len(walk)
-                walk.append(u)
-                cur = u
-            if not walk:
+            walk = _walk_back(f, source, j, tol)
+            if walk is None:
                 got.append(((source, j), need))
                 break
             path = tuple(reversed(walk))
-            edges = list(zip(path[:-1], path[1:], strict=True))
-            amount = min(need, *(f[a, b] for a, b in edges))
-            for a, b in edges:
+            amount = min(need, min(float(f[a, b]) for a, b in pairwise(path)))
+            for a, b in pairwise(path):
                 f[a, b] -= amount
             need -= amount
             got.append((path, amount))
         out[j] = got
     return out
+
+
+def _walk_back(f: np.ndarray, source: int, sink: int, tol: float) -> list[int] | None:
+    """Nodes from ``sink`` back to ``source`` along the heaviest edges with flow, cancelling (in ``f``) every
+    cycle of flow met on the way; None when no flow reaches the sink."""
+    walk = [sink]
+    seen = {sink: 0}
+    cur = sink
+    while cur != source:
+        u = int(np.argmax(f[:, cur]))
+        if f[u, cur] <= tol:
+            return None
+        if u in seen:  # a cycle u -> cur -> ... -> u: cancel it and walk again from the sink
+            cycle = [u, *reversed(walk[seen[u]:])]
+            m = min(float(f[a, b]) for a, b in pairwise(cycle))
+            for a, b in pairwise(cycle):
+                f[a, b] -= m
+            walk, seen, cur = [sink], {sink: 0}, sink
+            continue
+        seen[u] = len(walk)
+        walk.append(u)
+        cur = u
+    return walk
 
 
 def _shares(amounts: list[float], chunks: int) -> list[int]:
@@ -202,7 +204,7 @@ def _emit_path(steps: dict[int, list[Transfer]], scratch: list[int], path: Path,
     pieces = [(k, min(grain, q - k)) for k in range(0, q, grain)]
     width = max(1, min(window, len(pieces)))
     s = path[0]
-    hops = list(zip(path[:-1], path[1:], strict=True))
+    hops = list(pairwise(path))
     held = {}
     for v in path[1:-1]:
         held[v] = scratch[v]

@@ -55,8 +55,8 @@ from scipy.sparse import block_diag, coo_matrix, csr_matrix, hstack
 from sim.bounds.cuts import BoundError, latency_term, routed_part
 from sim.topology import Node, Topology
 
-__all__ = ["AllToAllBound", "Bottleneck", "RoutedFlow", "bound_alltoall", "check_matrix", "routed_flow",
-           "uniform_matrix"]
+__all__ = ["AllToAllBound", "Bottleneck", "RoutedFlow", "bound_alltoall", "bound_traffic", "check_matrix",
+           "routed_flow", "uniform_matrix"]
 
 DUAL_TOLERANCE = 1e-9
 """A capacity row whose share of the bound is below this is not reported as a bottleneck."""
@@ -260,3 +260,14 @@ def routed_flow(topology: Topology, matrix: np.ndarray, *, relays: bool = True) 
         m[tails, heads] = flows[k]
         out[int(s)] = m
     return RoutedFlow(time_s, out)
+
+
+def bound_traffic(topology: Topology, collective: object, size: float) -> AllToAllBound:
+    """``bound_alltoall`` for an alltoall or alltoallv ``Collective`` moving ``size`` bytes (the nccl-tests
+    convention of ``sim.engine.reference.chunk_bytes``: its traffic matrix in chunks times the chunk's bytes)."""
+    from algorithms.ir import Collective
+    from sim.engine.reference import chunk_bytes
+
+    if not isinstance(collective, Collective):
+        raise BoundError(f"collective: expected a Collective, got {type(collective).__name__}")
+    return bound_alltoall(topology, np.asarray(collective.traffic(), dtype=float) * chunk_bytes(collective, size))

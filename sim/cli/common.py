@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from algorithms import formats as fileformat
 from algorithms import registry
-from algorithms.errors import UsageError
+from algorithms.errors import CollschedError, UsageError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 from sim.topology.forms import SPEC_FORMS
 from sim.topology.routing import ROUTINGS
@@ -114,7 +114,38 @@ def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None, al
     if args.chunks is not None:
         params["chunks"] = args.chunks
     algorithm = registry.get(args.collective, args.algorithm)
+    from sim.guards import guard_build
+
+    guard_build(args.collective, args.algorithm, p, lambda q: algorithm.build(  # type: ignore[arg-type]
+        q, root=args.root, **params), int(params.get("chunks") or 1))  # before building
     return algorithm.build(p, root=args.root, **params)  # type: ignore[arg-type]
+
+
+def guard_library_args(args: argparse.Namespace, ranks: int) -> None:
+    """simulate's and sweep's resource guard (``sim.guards.guard_build``): every library schedule the options
+    name, on ``ranks`` ranks, estimated before the topology or any schedule is built."""
+    from sim.guards import guard_build
+
+    if getattr(args, "file", None) or getattr(args, "collective", None) is None:
+        return
+    names = [args.algorithm] if getattr(args, "algorithm", None) else None
+    if names is None and getattr(args, "algorithms", None):
+        names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    try:
+        candidates = [registry.get(args.collective, a) for a in names] if names is not None else list(
+            registry.algorithms(args.collective))
+    except CollschedError:
+        return  # an unknown name: the command says so itself
+    for alg in candidates:
+        params: dict[str, Any] = dict(getattr(args, "param", None) or [])
+        if args.chunks is not None and any(x.name == "chunks" for x in alg.parameters):
+            params["chunks"] = args.chunks
+        if alg.unsupported(ranks, params) is not None:
+            continue
+        def build(q: int, alg: Any = alg, params: dict[str, Any] = params) -> Schedule:
+            return alg.build(q, root=args.root, **params)
+
+        guard_build(args.collective, alg.name, ranks, build, int(params.get("chunks") or 1))
 
 
 def is_msccl(path: str) -> bool:
@@ -283,7 +314,16 @@ def topology_from_args(args: argparse.Namespace, ranks: int | None = None) -> An
 
     bw = parse_bandwidth(args.bandwidth) if args.bandwidth is not None else None
     lat = parse_duration(args.latency) if args.latency is not None else None
+    guard = getattr(args, "guard", None)
+    if guard is not None:  # the command's resource guard (sim.guards), before the topology is even built
+        from sim.guards import spec_ranks
+
+        n = ranks if ranks is not None else spec_ranks(args.topology)
+        if n is not None:
+            guard(args, n)
     topo = from_spec(args.topology, bandwidth=bw, latency=lat)
+    if guard is not None and ranks is None and n is None:  # a file: its world is known once it is read
+        guard(args, topo.ranks)
     p = topo.ranks if ranks is None else ranks
     if p != topo.ranks:
         _check_part(args, p, topo.ranks)

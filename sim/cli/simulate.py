@@ -20,6 +20,7 @@ from sim.cli.common import (
     dash_values,
     engine_options,
     gigabytes,
+    guard_library_args,
     human_size,
     human_time,
     peak_rss_mib,
@@ -166,4 +167,4 @@ def add_parser(subparsers: Any) -> None:
     add_common_args(p, json_help='print {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "engine", '
                                  '"wall_s", "peak_rss_MiB"}')
     dash_values(p)
-    p.set_defaults(func=_cmd_simulate)
+    p.set_defaults(func=_cmd_simulate, guard=guard_library_args)

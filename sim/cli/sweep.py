@@ -20,6 +20,7 @@ from sim.cli.common import (
     dash_values,
     engine_options,
     gigabytes,
+    guard_library_args,
     human_size,
     human_time,
     topology_from_args,
@@ -148,4 +149,4 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--plot", metavar="F.png", help="write a plot of time vs size per algorithm")
     add_common_args(p, json_help="print the results as JSON")
     dash_values(p)
-    p.set_defaults(func=_cmd_sweep)
+    p.set_defaults(func=_cmd_sweep, guard=guard_library_args)
