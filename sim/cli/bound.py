@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from algorithms.errors import UsageError
 from algorithms.ir import Kind
 from sim.cli.common import (
     BOUND_KIND_NAMES,
@@ -22,7 +23,8 @@ from sim.units import parse_size
 
 __all__ = ["add_parser"]
 
-
+BOTTLENECKS_SHOWN = 8
+"""Tight links the text output names (--json lists them all)."""
 
 
 def _cut_text(cut: tuple[Any, ...]) -> str:
@@ -33,13 +35,50 @@ def _cut_text(cut: tuple[Any, ...]) -> str:
     return f"{len(ranks)} rank(s), {len(switches)} switch(es): {shown}{f' and {more} more' if more else ''}"
 
 
+def _lp_bound(args: argparse.Namespace, topo: Any, size: float) -> Any:
+    """The max-concurrent-flow LP bound (``sim.bounds.lp``) of the alltoall, or of the alltoallv of --matrix."""
+    from algorithms import matrices
+    from algorithms.ir import Collective
+    from sim.bounds.lp import bound_traffic
+    from sim.guards import guard_lp
+
+    if args.collective == "alltoallv":
+        if args.matrix is None:
+            raise UsageError(f"--matrix: alltoallv needs a traffic matrix: {matrices.MATRIX_FORMS}")
+        coll = Collective(Kind.ALLTOALLV, topo.ranks, matrix=matrices.parse(args.matrix, topo.ranks))
+    else:
+        coll = Collective(Kind.ALLTOALL, topo.ranks, 1)
+    guard_lp(topo.ranks, len(topo.links))
+    return bound_traffic(topo, coll, size)
+
+
+def _print_lp(lp: Any) -> None:
+    print(f"  LP bound   {human_time(lp.bound_s)} (max-concurrent flow, exact; HiGHS {lp.solve_s:.2f} s, "
+          f"{lp.variables} variables): throughput {human_time(lp.throughput_s)}, latency {human_time(lp.latency_s)}")
+    shown = lp.bottlenecks[:BOTTLENECKS_SHOWN]
+    more = len(lp.bottlenecks) - len(shown)
+    links = ", ".join(f"{n.src}->{n.dst} {100 * n.share:.1f}%" for n in shown)
+    print(f"  bottleneck {len(lp.bottlenecks)} tight link(s) (share of the bound, from the duals): {links}"
+          f"{f' and {more} more' if more else ''}")
+
+
 def _cmd_bound(args: argparse.Namespace) -> int:
 
     size = parse_size(args.size)
     topo = topology_from_args(args)
+    if args.matrix is not None and args.collective != "alltoallv":
+        raise UsageError(f"--matrix: only alltoallv takes a traffic matrix, not {args.collective}")
+    lp: Any = _lp_bound(args, topo, size) if args.collective in ("alltoall", "alltoallv") else None
+    if args.collective == "alltoallv":
+        if args.json:
+            print(json.dumps({"ok": True, **lp.to_dict()}))
+            return 0
+        print(f"alltoallv on {topo.describe()}, {human_size(size)} (the mean rank's input), matrix {args.matrix}")
+        _print_lp(lp)
+        return 0
     b = bound_for(Kind(args.collective), root_for(args.collective, args.root), topo, size)
     if args.json:
-        print(json.dumps({"ok": True, **b.to_dict()}))
+        print(json.dumps({"ok": True, **b.to_dict(), **({"lp": lp.to_dict()} if lp is not None else {})}))
         return 0
     root = f" root {b.root}" if b.root is not None else ""
     print(f"{args.collective}{root} on {topo.describe()}, {human_size(size)}")
@@ -57,14 +96,18 @@ def _cmd_bound(args: argparse.Namespace) -> int:
     if b.reference_s is not None:
         print(f"  reference  {human_time(b.reference_s)} (reducescatter + allgather bounds: what a two-phase "
               "schedule can reach)")
+    if lp is not None:
+        _print_lp(lp)
     return 0
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``collsched bound``."""
     p = subparsers.add_parser("bound", help="lower bound on a collective's time on a topology, and its cut")
-    p.add_argument("--collective", "-c", required=True, choices=BOUND_KIND_NAMES, metavar="K",
-                   help=", ".join(BOUND_KIND_NAMES))
+    kinds = (*BOUND_KIND_NAMES, "alltoallv")
+    p.add_argument("--collective", "-c", required=True, choices=kinds, metavar="K", help=", ".join(kinds))
+    p.add_argument("--matrix", "-m", metavar="M", help="alltoallv's traffic matrix in chunks: uniform, uniform:N, "
+                   "zipf:S, trace:FILE or a FILE (algorithms.matrices)")
     add_topology_args(p)
     p.add_argument("--size", "-s", required=True, metavar="N", help="message size (nccl-tests convention), e.g. 1GiB")
     add_common_args(p, json_help='print {"ok", "bound_s", "bandwidth_s", "latency_s", "cut"}')
