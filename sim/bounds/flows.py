@@ -58,8 +58,8 @@ Path = tuple[int, ...]
 
 def alltoall_chunks(ranks: int) -> int:
     """Chunks per block when none are asked for: enough for the LP's path shares to round well on small worlds,
-    about ranks²·chunks transfers kept near a million on large ones."""
-    return max(1, min(16, 4_000_000 // max(ranks * ranks, 1)))
+    about ranks²·chunks messages kept near a quarter of a million on large ones (one chunk a block from 512)."""
+    return max(1, min(16, 262_144 // max(ranks * ranks, 1)))
 
 
 def decompose(flow: np.ndarray, source: int, demand: np.ndarray) -> dict[int, list[tuple[Path, float]]]:
