@@ -117,8 +117,14 @@ def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None, al
     from sim.guards import guard_build
 
     guard_build(args.collective, args.algorithm, p, lambda q: algorithm.build(  # type: ignore[arg-type]
-        q, root=args.root, **params), int(params.get("chunks") or 1))  # before building
+        q, root=args.root, **params), _chunks(params))  # before building
     return algorithm.build(p, root=args.root, **params)  # type: ignore[arg-type]
+
+
+def _chunks(params: dict[str, Any]) -> int:
+    """The chunks a build asks for, for its estimate (a bad value is the builder's to refuse)."""
+    c = params.get("chunks")
+    return c if isinstance(c, int) and not isinstance(c, bool) and c >= 1 else 1
 
 
 def guard_library_args(args: argparse.Namespace, ranks: int) -> None:
@@ -145,7 +151,7 @@ def guard_library_args(args: argparse.Namespace, ranks: int) -> None:
         def build(q: int, alg: Any = alg, params: dict[str, Any] = params) -> Schedule:
             return alg.build(q, root=args.root, **params)
 
-        guard_build(args.collective, alg.name, ranks, build, int(params.get("chunks") or 1))
+        guard_build(args.collective, alg.name, ranks, build, _chunks(params))
 
 
 def is_msccl(path: str) -> bool:
