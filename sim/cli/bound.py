@@ -10,11 +10,13 @@ from algorithms.ir import Kind
 from sim.cli.common import (
     BOUND_KIND_NAMES,
     add_common_args,
+    add_matrix_arg,
     add_topology_args,
     bound_for,
     dash_values,
     human_size,
     human_time,
+    matrix_from_args,
     root_for,
     topology_from_args,
 )
@@ -37,7 +39,13 @@ def _cmd_bound(args: argparse.Namespace) -> int:
 
     size = parse_size(args.size)
     topo = topology_from_args(args)
-    b = bound_for(Kind(args.collective), root_for(args.collective, args.root), topo, size)
+    coll = None
+    if args.collective == Kind.ALLTOALLV.value or args.matrix is not None:
+        from algorithms.ir import Collective
+
+        m = matrix_from_args(args, args.collective, topo.ranks) or ((1,) * topo.ranks,) * topo.ranks
+        coll = Collective(Kind.ALLTOALLV, topo.ranks, matrix=m)
+    b = bound_for(Kind(args.collective), root_for(args.collective, args.root), topo, size, collective=coll)
     if args.json:
         print(json.dumps({"ok": True, **b.to_dict()}))
         return 0
@@ -66,6 +74,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--collective", "-c", required=True, choices=BOUND_KIND_NAMES, metavar="K",
                    help=", ".join(BOUND_KIND_NAMES))
     add_topology_args(p)
+    add_matrix_arg(p)
     p.add_argument("--size", "-s", required=True, metavar="N", help="message size (nccl-tests convention), e.g. 1GiB")
     add_common_args(p, json_help='print {"ok", "bound_s", "bandwidth_s", "latency_s", "cut"}')
     dash_values(p)
