@@ -157,7 +157,7 @@ def local_check(schedule: Schedule, rank: int, tensor: Any, output: Any, op: int
         return _DTYPE_MISMATCH, 0, 0
     if seen and seen[0].device.type == "cuda" and seen[0].device.index != torch.cuda.current_device():
         return _BAD_DEVICE, 0, 0
-    code = _op_error(seen[0].dtype, op, kind)
+    code = _op_error(seen[0].dtype, op, kind) if seen else _OK  # seen is empty for an idle alltoallv rank
     if code:
         return code, 0, 0
     code, n = _per_rank_count(schedule, rank, tensor, output)
