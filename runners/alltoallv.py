@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from algorithms import registry
 from algorithms.ir import Kind, Matrix, Schedule
+from runners.arguments import SUPPORTED_DTYPES
 from runners.policy import FILE_PREFIX, Choice, schedule
 
 __all__ = ["SCHEDULE_CACHE", "schedule_for", "split_table", "unit_matrix"]
@@ -31,22 +32,31 @@ __all__ = ["SCHEDULE_CACHE", "schedule_for", "split_table", "unit_matrix"]
 SCHEDULE_CACHE = 64
 """Alltoallv schedules kept (by algorithm and matrix): an MoE layer's matrix changes every step, so few repeat."""
 
+_DTYPES = tuple(SUPPORTED_DTYPES)
+
 # torch 2.13 renamed all_gather_into_tensor (the old name warns).
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-def split_table(group: dist.ProcessGroup, sends: Sequence[int], receives: Sequence[int],
-                device: torch.device) -> list[list[int]]:
+def split_table(group: dist.ProcessGroup, sends: Sequence[int], receives: Sequence[int], device: torch.device,
+                dtype: torch.dtype) -> list[list[int]]:
     """The p x p matrix of element counts, ``table[i][j]`` from rank i to rank j, the same on every rank.
 
     ``sends[j]`` is what this rank sends to j, ``receives[i]`` what it receives from i. Raises ``ValueError``
-    (on every rank alike) when a rank's piece for a peer and that peer's piece from it differ in size.
+    (on every rank alike) when a rank's piece for a peer and that peer's piece from it differ in size, or
+    when the ranks' tensors differ in dtype: what the runner's own cross-rank check would find, so the run
+    that follows can skip it (one collective less per call).
     """
     p = group.size()
-    mine = torch.tensor([*sends, *receives], dtype=torch.int64, device=device)
-    rows = torch.empty(p * 2 * p, dtype=torch.int64, device=device)
+    code = _DTYPES.index(dtype) if dtype in _DTYPES else len(_DTYPES)
+    mine = torch.tensor([*sends, *receives, code], dtype=torch.int64, device=device)
+    rows = torch.empty(p * (2 * p + 1), dtype=torch.int64, device=device)
     _ALL_GATHER(rows, mine, group=group)
-    every = rows.view(p, 2 * p).tolist()
+    every = rows.view(p, 2 * p + 1).tolist()
+    codes = [row[-1] for row in every]
+    if len(set(codes)) > 1:
+        names = ", ".join(f"rank {r}: {_DTYPES[c] if c < len(_DTYPES) else 'other'}" for r, c in enumerate(codes))
+        raise ValueError(f"collsched all_to_all: ranks disagree on the dtype ({names})")
     table = [row[:p] for row in every]
     for j in range(p):
         for i in range(p):

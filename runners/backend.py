@@ -304,7 +304,9 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
         self.executed[f"{kind}/{choice}"] += 1
         sched = (schedule(kind, choice, self.size(), root) if matrix is None
                  else alltoallv.schedule_for(choice, matrix))
-        run(sched, tensor, output, op=op, group=group, timeout=self._job_timeout or self._timeout, check=self._check)
+        # An alltoallv's split table was all-gathered and checked on every rank (sizes, dtype): no second check.
+        run(sched, tensor, output, op=op, group=group, timeout=self._job_timeout or self._timeout,
+            check=self._check and matrix is None)
 
     # ------------------------------------------------------------------ barrier and point-to-point
 

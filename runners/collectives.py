@@ -481,7 +481,7 @@ class Collectives:
         if not even:
             # Every rank's pieces: each knows only its own, and all must pick the same schedule.
             table = alltoallv.split_table(group, [t.numel() for t in ins], [t.numel() for t in outs],
-                                          ins[0].device)
+                                          ins[0].device, ins[0].dtype)
             even = all(v == n for row in table for v in row)
         if table is not None and not even:
             self._alltoallv_pieces(group, outs, ins, table)
