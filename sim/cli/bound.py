@@ -6,16 +6,17 @@ import argparse
 import json
 from typing import Any
 
-from algorithms.errors import UsageError
 from algorithms.ir import Kind
 from sim.cli.common import (
     BOUND_KIND_NAMES,
     add_common_args,
+    add_matrix_arg,
     add_topology_args,
     bound_for,
     dash_values,
     human_size,
     human_time,
+    matrix_from_args,
     root_for,
     topology_from_args,
 )
@@ -35,21 +36,14 @@ def _cut_text(cut: tuple[Any, ...]) -> str:
     return f"{len(ranks)} rank(s), {len(switches)} switch(es): {shown}{f' and {more} more' if more else ''}"
 
 
-def _lp_bound(args: argparse.Namespace, topo: Any, size: float) -> Any:
-    """The max-concurrent-flow LP bound (``sim.bounds.lp``) of the alltoall, or of the alltoallv of --matrix."""
-    from algorithms import matrices
+def _lp_bound(topo: Any, size: float, coll: Any) -> Any:
+    """The max-concurrent-flow LP bound (``sim.bounds.lp``) of the alltoall, or of the alltoallv ``coll``."""
     from algorithms.ir import Collective
     from sim.bounds.lp import bound_traffic
     from sim.guards import guard_lp
 
-    if args.collective == "alltoallv":
-        if args.matrix is None:
-            raise UsageError(f"--matrix: alltoallv needs a traffic matrix: {matrices.MATRIX_FORMS}")
-        coll = Collective(Kind.ALLTOALLV, topo.ranks, matrix=matrices.parse(args.matrix, topo.ranks))
-    else:
-        coll = Collective(Kind.ALLTOALL, topo.ranks, 1)
     guard_lp(topo.ranks, len(topo.links))
-    return bound_traffic(topo, coll, size)
+    return bound_traffic(topo, coll if coll is not None else Collective(Kind.ALLTOALL, topo.ranks, 1), size)
 
 
 def _print_lp(lp: Any) -> None:
@@ -66,17 +60,14 @@ def _cmd_bound(args: argparse.Namespace) -> int:
 
     size = parse_size(args.size)
     topo = topology_from_args(args)
-    if args.matrix is not None and args.collective != "alltoallv":
-        raise UsageError(f"--matrix: only alltoallv takes a traffic matrix, not {args.collective}")
-    lp: Any = _lp_bound(args, topo, size) if args.collective in ("alltoall", "alltoallv") else None
-    if args.collective == "alltoallv":
-        if args.json:
-            print(json.dumps({"ok": True, **lp.to_dict()}))
-            return 0
-        print(f"alltoallv on {topo.describe()}, {human_size(size)} (the mean rank's input), matrix {args.matrix}")
-        _print_lp(lp)
-        return 0
-    b = bound_for(Kind(args.collective), root_for(args.collective, args.root), topo, size)
+    coll = None
+    if args.collective == Kind.ALLTOALLV.value or args.matrix is not None:
+        from algorithms.ir import Collective
+
+        m = matrix_from_args(args, args.collective, topo.ranks) or ((1,) * topo.ranks,) * topo.ranks
+        coll = Collective(Kind.ALLTOALLV, topo.ranks, matrix=m)
+    b = bound_for(Kind(args.collective), root_for(args.collective, args.root), topo, size, collective=coll)
+    lp: Any = _lp_bound(topo, size, coll) if args.collective in ("alltoall", "alltoallv") else None
     if args.json:
         print(json.dumps({"ok": True, **b.to_dict(), **({"lp": lp.to_dict()} if lp is not None else {})}))
         return 0
@@ -104,11 +95,10 @@ def _cmd_bound(args: argparse.Namespace) -> int:
 def add_parser(subparsers: Any) -> None:
     """Register ``collsched bound``."""
     p = subparsers.add_parser("bound", help="lower bound on a collective's time on a topology, and its cut")
-    kinds = (*BOUND_KIND_NAMES, "alltoallv")
-    p.add_argument("--collective", "-c", required=True, choices=kinds, metavar="K", help=", ".join(kinds))
-    p.add_argument("--matrix", "-m", metavar="M", help="alltoallv's traffic matrix in chunks: uniform, uniform:N, "
-                   "zipf:S, trace:FILE or a FILE (algorithms.matrices)")
+    p.add_argument("--collective", "-c", required=True, choices=BOUND_KIND_NAMES, metavar="K",
+                   help=", ".join(BOUND_KIND_NAMES))
     add_topology_args(p)
+    add_matrix_arg(p)
     p.add_argument("--size", "-s", required=True, metavar="N", help="message size (nccl-tests convention), e.g. 1GiB")
     add_common_args(p, json_help='print {"ok", "bound_s", "bandwidth_s", "latency_s", "cut"}')
     dash_values(p)

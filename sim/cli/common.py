@@ -25,7 +25,8 @@ __all__ = [
     "dash_values",
     "BOUND_AUTO_RANKS", "BOUND_KIND_NAMES", "PLACEMENT_FORMS", "ParseError", "Parser", "SPEC_FORMS",
     "add_common_args", "add_network_args", "add_output_args", "add_routing_arg", "add_schedule_args",
-    "add_topology_args", "bound_for", "engine_options", "gigabytes", "human_size", "human_time", "is_msccl",
+    "add_matrix_arg", "add_topology_args", "bound_for", "matrix_from_args", "engine_options", "gigabytes",
+    "human_size", "human_time", "is_msccl",
     "peak_rss_mib", "root_for", "save_schedule", "schedule_from_args", "topology_from_args", "want_bound",
 ]
 
@@ -82,9 +83,37 @@ def add_schedule_args(parser: argparse.ArgumentParser, *, ranks: bool = True, fi
     parser.add_argument("--root", "-r", type=int, metavar="R", help="root rank for rooted kinds (default 0)")
     parser.add_argument("--param", action="append", type=parse_param, default=[], metavar="NAME=VALUE",
                         help="other algorithm parameter, e.g. --param group=4 (repeatable)")
+    add_matrix_arg(parser)
     if file:
         parser.add_argument("--file", "-f", metavar="F",
                             help="a schedule file (collsched.schedule/1 JSON, or MSCCL-IR XML)")
+
+
+MATRIX_HELP = ("alltoallv's traffic matrix: uniform, uniform:N, zipf:S (MoE tokens routed to experts of Zipf(S) "
+               "popularity, experts in blocks on ranks; zipf:S,tokens=T,experts=E,top_k=K,seed=X), trace:FILE "
+               "(a router trace, SOURCE_RANK,EXPERT a line) or a FILE (JSON [[...]] or CSV, p rows of p chunk "
+               "counts); default uniform")
+
+
+def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
+    """``--matrix SPEC``: the traffic matrix of an alltoallv (``algorithms.matrices.parse``)."""
+    parser.add_argument("--matrix", metavar="SPEC", help=MATRIX_HELP)
+
+
+def matrix_from_args(args: argparse.Namespace, kind: str | None, ranks: int) -> Any:
+    """The ``--matrix`` of an alltoallv for ``ranks`` ranks (None without one); ``UsageError`` for another kind."""
+    spec = getattr(args, "matrix", None)
+    if spec is None:
+        return None
+    if kind != Kind.ALLTOALLV.value:
+        raise UsageError(f"--matrix is for -c alltoallv, not {kind or 'a schedule file'}")
+    from algorithms import matrices
+    from algorithms.errors import ScheduleError
+
+    try:
+        return matrices.parse(spec, ranks)
+    except ScheduleError as e:
+        raise UsageError(f"--matrix: {e}" if not str(e).startswith("--matrix") else str(e)) from None
 
 
 def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None, allow_custom: bool = False) -> Schedule:
@@ -93,7 +122,8 @@ def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None, al
     ``allow_custom``: an MSCCL-IR file with ``coll="custom"`` loads (for timing only: it has no postcondition).
     """
     if getattr(args, "file", None):
-        extra = [o for o in ("collective", "algorithm", "chunks", "root") if getattr(args, o, None) is not None]
+        extra = [o for o in ("collective", "algorithm", "chunks", "root", "matrix")
+                 if getattr(args, o, None) is not None]
         if getattr(args, "ranks", None) is not None:
             extra.append("ranks")
         if extra or args.param:
@@ -114,6 +144,9 @@ def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None, al
     if args.chunks is not None:
         params["chunks"] = args.chunks
     algorithm = registry.get(args.collective, args.algorithm)
+    matrix = matrix_from_args(args, args.collective, p) if p is not None else None
+    if matrix is not None:
+        params["matrix"] = matrix
     from sim.guards import guard_build
 
     guard_build(args.collective, args.algorithm, p, lambda q: algorithm.build(  # type: ignore[arg-type]
@@ -286,7 +319,7 @@ def add_network_args(p: argparse.ArgumentParser) -> None:
                         f"auto does up to {BOUND_AUTO_RANKS} ranks (default auto)")
 
 
-BOUND_KIND_NAMES = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall")
+BOUND_KIND_NAMES = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall", "alltoallv")
 """Kinds with a lower bound (``sim.bounds``): scatter, gather and barrier have none."""
 
 
@@ -385,15 +418,24 @@ def root_for(kind: str, root: int | None) -> int | None:
     return None
 
 
-def bound_for(kind: Kind, root: int | None, topology: Any, size: float, faults: Any = None) -> Any:
+def bound_for(kind: Kind, root: int | None, topology: Any, size: float, faults: Any = None,
+              collective: Any = None) -> Any:
     """The ``sim.bounds.cuts.Bound`` of a run, or None for kinds without one (scatter, gather, barrier).
-    ``faults`` (``sim.engine.reference.Faults``): the bound of the topology the run actually sees."""
+    ``faults`` (``sim.engine.reference.Faults``): the bound of the topology the run actually sees;
+    ``collective``: an alltoallv's, for its traffic matrix (``sim.bounds.traffic``; default uniform)."""
     if kind.value not in BOUND_KIND_NAMES:
         return None
     from sim.bounds.cuts import bound
 
     if faults is not None:
         topology = faults.apply(topology)
+    if kind is Kind.ALLTOALLV:
+        from algorithms.ir import Collective
+        from sim.bounds.traffic import matrix_bound
+
+        if collective is None:
+            collective = Collective(Kind.ALLTOALLV, topology.ranks, matrix=((1,) * topology.ranks,) * topology.ranks)
+        return matrix_bound(topology, collective, size)
     return bound(kind, topology, size, root=root if kind in ROOTED_KINDS else None)
 
 
