@@ -149,3 +149,18 @@ def test_the_overlay_lp_is_no_lower_than_the_physical_one() -> None:
     m = uniform_matrix(6, M)
     assert routed_flow(topo, m).time_s == pytest.approx(bound_alltoall(topo, m).throughput_s, rel=1e-6)
     assert routed_flow(topo, m, relays=False).time_s > routed_flow(topo, m).time_s * 1.05
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_matrix_cut_bound_never_exceeds_the_lp(data: st.DataObject) -> None:
+    # sim.bounds.traffic's cut bound for an alltoallv's matrix is the fast lower bound of the same quantity.
+    from algorithms.ir import Collective, Kind
+    from sim.bounds.lp import bound_traffic
+    from sim.bounds.traffic import matrix_bound
+
+    p = data.draw(st.integers(2, 5))
+    topo = data.draw(topologies(p, max_switches=2))
+    cells = data.draw(st.lists(st.integers(0, 6), min_size=p * p, max_size=p * p))
+    coll = Collective(Kind.ALLTOALLV, p, matrix=tuple(tuple(cells[i * p:(i + 1) * p]) for i in range(p)))
+    assert matrix_bound(topo, coll, M).bandwidth_s <= bound_traffic(topo, coll, M).throughput_s * (1 + 1e-7)
