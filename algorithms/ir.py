@@ -1,6 +1,7 @@
 """The schedule IR: collectives, transfers, steps and schedules as immutable values.
 
-A collective is ``(kind, ranks p, chunks C, root)``; every rank has the buffers
+A collective is ``(kind, ranks p, chunks C, root)`` (all-to-allv adds a traffic
+matrix T, p x p chunk counts); every rank has the buffers
 ``input``, ``output`` and ``scratch``, each an array of chunks, sized by the
 table in docs/design.md ("Collectives and buffers"). A transfer moves
 ``count`` contiguous chunks from one (rank, buffer, index) to another with op
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import FrozenInstanceError, dataclass
+from dataclasses import FrozenInstanceError, dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -42,11 +43,13 @@ __all__ = [
     "SwitchOpKind",
     "SwitchOp",
     "switch_ops_by_step",
+    "Matrix",
+    "check_matrix",
 ]
 
 
 class Kind(StrEnum):
-    """The nine collective kinds."""
+    """The ten collective kinds."""
 
     ALLREDUCE = "allreduce"
     ALLGATHER = "allgather"
@@ -57,6 +60,7 @@ class Kind(StrEnum):
     GATHER = "gather"
     ALLTOALL = "alltoall"
     BARRIER = "barrier"
+    ALLTOALLV = "alltoallv"
 
 
 class Buf(StrEnum):
@@ -79,6 +83,8 @@ IN_PLACE_KINDS = frozenset({Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.BA
 # Kinds whose input buffer is p·C chunks rather than C.
 _WIDE_INPUT = frozenset({Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALLTOALL})
 _WIDE_OUTPUT = frozenset({Kind.ALLGATHER, Kind.GATHER, Kind.ALLTOALL})
+Matrix = tuple[tuple[int, ...], ...]
+"""An all-to-allv traffic matrix: ``T[i][j]`` chunks go from rank i to rank j (row i is rank i's input)."""
 
 
 MAX_RANKS = 1 << 16
@@ -100,16 +106,22 @@ def _check_int(value: object, name: str, low: int, high: int | None = None) -> i
 
 @dataclass(frozen=True, slots=True)
 class Collective:
-    """A collective operation: its kind, world size, chunk count and root.
+    """A collective operation: its kind, world size, chunk count, root and (all-to-allv) traffic matrix.
 
     ``chunks`` is C in the buffer table; ``root`` is required for the rooted
     kinds (broadcast, reduce, scatter, gather) and must be None for the others.
+    ``matrix`` is required for all-to-allv and None for the others: a p x p
+    tuple of non-negative chunk counts, ``matrix[i][j]`` chunks from rank i to
+    rank j (lists are accepted and stored as tuples); all-to-allv has ``chunks == 1``.
     """
 
     kind: Kind
     ranks: int
     chunks: int = 1
     root: int | None = None
+    matrix: Matrix | None = None
+    # Exclusive prefix sums of the matrix (rows: send offsets; columns: receive offsets), kept for speed.
+    _offsets: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         try:
@@ -130,6 +142,21 @@ class Collective:
                 raise ScheduleError(f"collective.root: root {self.root} out of range for {self.ranks} ranks")
         elif self.root is not None:
             raise ScheduleError(f"collective.root: {kind} has no root, got {self.root!r}")
+        if kind is Kind.ALLTOALLV:
+            if self.chunks != 1:
+                raise ScheduleError(f"collective.chunks: an alltoallv has chunks 1 (its matrix counts the chunks), "
+                                    f"got {self.chunks}")
+            matrix = check_matrix(self.matrix, self.ranks)
+            object.__setattr__(self, "matrix", matrix)
+            t = np.array(matrix, dtype=np.int64).reshape(self.ranks, self.ranks)
+            send = np.zeros((self.ranks, self.ranks + 1), dtype=np.int64)
+            np.cumsum(t, axis=1, out=send[:, 1:])
+            recv = np.zeros((self.ranks + 1, self.ranks), dtype=np.int64)
+            np.cumsum(t, axis=0, out=recv[1:, :])
+            send.flags.writeable = recv.flags.writeable = False
+            object.__setattr__(self, "_offsets", (send, recv))
+        elif self.matrix is not None:
+            raise ScheduleError(f"collective.matrix: only an alltoallv has a traffic matrix, not {kind}")
 
     @property
     def in_place(self) -> bool:
@@ -138,22 +165,104 @@ class Collective:
 
     def input_chunks(self, rank: int) -> int:
         """Size of ``rank``'s input buffer in chunks."""
+        if self._offsets is not None:
+            return int(self._offsets[0][rank, -1])
         if self.kind is Kind.SCATTER and rank != self.root:
             return 0
         return self.ranks * self.chunks if self.kind in _WIDE_INPUT else self.chunks
 
     def output_chunks(self, rank: int) -> int:
         """Size of ``rank``'s output buffer in chunks (the input's, for in-place kinds)."""
+        if self._offsets is not None:
+            return int(self._offsets[1][-1, rank])
         if self.in_place:
             return self.input_chunks(rank)
         if self.kind is Kind.GATHER and rank != self.root:
             return 0
         return self.ranks * self.chunks if self.kind in _WIDE_OUTPUT else self.chunks
 
+    def traffic(self) -> np.ndarray:
+        """The p x p traffic matrix in chunks (int64, read-only): alltoallv's matrix, or C everywhere for alltoall."""
+        if self._offsets is not None:
+            t = np.diff(self._offsets[0], axis=1)
+        elif self.kind is Kind.ALLTOALL:
+            t = np.full((self.ranks, self.ranks), self.chunks, dtype=np.int64)
+        else:
+            raise ScheduleError(f"collective: {self.kind} has no traffic matrix (alltoall and alltoallv do)")
+        t.flags.writeable = False
+        return t
+
+    def block(self, src: int, dst: int) -> int:
+        """Chunks that ``src`` sends to ``dst`` (alltoall: C; alltoallv: ``matrix[src][dst]``)."""
+        return self.send_offset(src, dst + 1) - self.send_offset(src, dst)
+
+    def send_offset(self, src: int, dst: int) -> int:
+        """Where the block for ``dst`` starts in ``src``'s input (``dst == p``: the input's size).
+
+        Rank i's input is its matrix row in rank order; alltoall's is p blocks of C.
+        """
+        if self._offsets is not None:
+            return int(self._offsets[0][src, dst])
+        self._exchange()
+        return dst * self.chunks
+
+    def recv_offset(self, dst: int, src: int) -> int:
+        """Where the block from ``src`` starts in ``dst``'s output (``src == p``: the output's size).
+
+        Rank j's output is its matrix column in source order; alltoall's is p blocks of C.
+        """
+        if self._offsets is not None:
+            return int(self._offsets[1][src, dst])
+        self._exchange()
+        return src * self.chunks
+
+    def _exchange(self) -> None:
+        if self.kind is not Kind.ALLTOALL:
+            raise ScheduleError(f"collective: {self.kind} has no per-pair blocks (alltoall and alltoallv do)")
+
     def describe(self) -> str:
-        """One line such as ``allreduce p=4 C=4`` or ``broadcast p=8 C=1 root=3``."""
+        """One line such as ``allreduce p=4 C=4``, ``broadcast p=8 C=1 root=3`` or ``alltoallv p=4 T=24 chunks``."""
+        if self._offsets is not None:
+            return f"{self.kind} p={self.ranks} T={int(self._offsets[0][:, -1].sum())} chunks"
         root = f" root={self.root}" if self.root is not None else ""
         return f"{self.kind} p={self.ranks} C={self.chunks}{root}"
+
+
+def check_matrix(matrix: object, ranks: int) -> Matrix:
+    """``matrix`` as a tuple of ``ranks`` rows of ``ranks`` integers >= 0; ``ScheduleError`` names the bad row."""
+    if matrix is None:
+        raise ScheduleError("collective.matrix: an alltoallv needs a traffic matrix")
+    if isinstance(matrix, np.ndarray):
+        if matrix.dtype.kind not in "iu" and matrix.size:
+            raise ScheduleError(f"collective.matrix: must hold integers, got an array of {matrix.dtype}")
+        matrix = matrix.tolist()
+    if isinstance(matrix, str | bytes) or not isinstance(matrix, Iterable):
+        raise ScheduleError(f"collective.matrix: must be {ranks} rows of {ranks} integers, got {type(matrix).__name__}")
+    rows = list(matrix)
+    if len(rows) != ranks:
+        raise ScheduleError(f"collective.matrix: has {len(rows)} rows, expected {ranks} (one per rank)")
+    out: list[tuple[int, ...]] = []
+    total = 0
+    for i, row in enumerate(rows):
+        if isinstance(row, np.ndarray):
+            row = row.tolist()
+        if isinstance(row, str | bytes) or not isinstance(row, Iterable):
+            raise ScheduleError(f"collective.matrix row {i}: must be a list of {ranks} integers, "
+                                f"got {type(row).__name__}")
+        entries = tuple(row)
+        if len(entries) != ranks:
+            raise ScheduleError(f"collective.matrix row {i}: has {len(entries)} entries, expected {ranks} "
+                                f"(one per rank)")
+        for j, v in enumerate(entries):
+            if isinstance(v, np.integer):
+                v = int(v)
+            if v.__class__ is not int or v < 0:
+                raise ScheduleError(f"collective.matrix row {i}: entry {j} is {v!r}, must be an integer >= 0")
+            total += v
+        if total > MAX_SLOTS:
+            raise ScheduleError(f"collective.matrix row {i}: the matrix holds over {MAX_SLOTS} chunks, the limit")
+        out.append(tuple(int(v) for v in entries))
+    return tuple(out)
 
 
 class _TransferFields(NamedTuple):
@@ -609,11 +718,11 @@ class SwitchOp:
             raise ScheduleError(f"switch op: switch must be a non-empty name, got {self.switch!r}")
         _check_int(self.count, "switch op count", 1, MAX_SLOTS)
         _check_int(self.step, "switch op step", 0)
-        for field in ("sources", "targets"):
-            ends = tuple(getattr(self, field))
+        for side in ("sources", "targets"):
+            ends = tuple(getattr(self, side))
             if not ends:
-                raise ScheduleError(f"switch op {self.op}@{self.switch}: no {field}")
-            object.__setattr__(self, field, tuple(_endpoint(e, field) for e in ends))
+                raise ScheduleError(f"switch op {self.op}@{self.switch}: no {side}")
+            object.__setattr__(self, side, tuple(_endpoint(e, side) for e in ends))
         if self.op is SwitchOpKind.MULTICAST and len(self.sources) != 1:
             raise ScheduleError(f"switch op {self.op}@{self.switch}: a multicast has exactly one source, "
                                 f"got {len(self.sources)}")
@@ -659,17 +768,17 @@ def _check_switch_ops(schedule: Schedule, ops: Iterable[SwitchOp]) -> tuple[Swit
         if op.step >= steps:
             raise ScheduleError(f"{where}: step {op.step} out of range for {steps} steps")
         fixed = {}
-        for field in ("sources", "targets"):
+        for side in ("sources", "targets"):
             ends = []
-            for e in getattr(op, field):
+            for e in getattr(op, side):
                 if e.rank >= coll.ranks:
-                    raise ScheduleError(f"{where}: {field} rank {e.rank} out of range 0..{coll.ranks - 1}")
+                    raise ScheduleError(f"{where}: {side} rank {e.rank} out of range 0..{coll.ranks - 1}")
                 size = _buffer_chunks(coll, scratch, e.rank, e.buf)
                 if e.index + op.count > size:
-                    raise ScheduleError(f"{where}: {field} index {e.index} count {op.count} out of range for "
+                    raise ScheduleError(f"{where}: {side} index {e.index} count {op.count} out of range for "
                                         f"rank {e.rank} {e.buf} of {size} chunks")
                 ends.append(Endpoint(e.rank, Buf.INPUT, e.index) if coll.in_place and e.buf is Buf.OUTPUT else e)
-            fixed[field] = tuple(ends)
+            fixed[side] = tuple(ends)
         if fixed["sources"] != op.sources or fixed["targets"] != op.targets:
             op = SwitchOp(op.op, op.switch, fixed["sources"], fixed["targets"], op.count, op.step)
         out.append(op)

@@ -163,14 +163,25 @@ class Algorithm:
             out[p.name] = value
         return out
 
-    def build(self, ranks: int, *, root: int | None = None, **params: int | str) -> Schedule:
-        """Build the schedule for ``ranks`` ranks; rooted kinds default to root 0."""
+    def build(self, ranks: int, *, root: int | None = None, matrix: Any = None, **params: int | str) -> Schedule:
+        """Build the schedule for ``ranks`` ranks; rooted kinds default to root 0.
+
+        ``matrix`` (all-to-allv only) is the traffic matrix, p rows of p chunk counts; without it an
+        all-to-allv builder serves the uniform matrix of ``chunks`` a pair.
+        """
         if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
             raise RegistryError(f"ranks must be an integer >= 1, got {ranks!r}")
         resolved = self.resolve(params)
         refusal = self.refusal(ranks, params)
         if refusal is not None:
             raise RegistryError(refusal)
+        if self.kind is Kind.ALLTOALLV:
+            if root is not None:
+                raise RegistryError(f"{self.kind} has no root, got root={root}")
+            with no_gc():
+                return self.builder(ranks, matrix=matrix, **resolved)
+        if matrix is not None:
+            raise RegistryError(f"{self.kind} takes no traffic matrix (alltoallv does)")
         if self.kind in ROOTED_KINDS:
             root = 0 if root is None else root
             if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < ranks:

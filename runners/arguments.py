@@ -105,7 +105,8 @@ def _per_rank_count(schedule: Schedule, rank: int, tensor: torch.Tensor | None,
         counts.append(t.numel() // segs)
     if len(counts) == 2 and counts[0] != counts[1]:
         return _BAD_SIZE, 0
-    return _OK, counts[0]
+    # No buffer at all (an alltoallv rank that neither sends nor receives): no count to say (-1).
+    return _OK, counts[0] if counts else -1
 
 
 def _expected_numel(schedule: Schedule, rank: int, n: int) -> tuple[int, int]:
@@ -156,7 +157,7 @@ def local_check(schedule: Schedule, rank: int, tensor: Any, output: Any, op: int
         return _DTYPE_MISMATCH, 0, 0
     if seen and seen[0].device.type == "cuda" and seen[0].device.index != torch.cuda.current_device():
         return _BAD_DEVICE, 0, 0
-    code = _op_error(seen[0].dtype, op, kind)
+    code = _op_error(seen[0].dtype, op, kind) if seen else _OK  # seen is empty for an idle alltoallv rank
     if code:
         return code, 0, 0
     code, n = _per_rank_count(schedule, rank, tensor, output)
@@ -210,6 +211,7 @@ def _shape_rule(kind: Kind) -> str:
         Kind.REDUCESCATTER: "tensor = p·output",
         Kind.SCATTER: "root's tensor = p·output",
         Kind.ALLTOALL: "tensor = output, a multiple of p",
+        Kind.ALLTOALLV: "tensor = the rank's matrix row, output = its column, in chunks of one size",
     }.get(kind, "any size")
 
 
@@ -227,7 +229,7 @@ def check_table(schedule: Schedule, table: list[list[int]]) -> None:
     if bad:
         raise InputError(f"{what}: invalid input: " + "; ".join(bad))
     for field, name in ((6, "op"), (5, "dtype"), (2, "per-rank element count")):
-        values = [row[field] for row in table]
+        values = [row[field] for row in table if field != 2 or row[field] >= 0]
         if len(set(values)) > 1:
             if field == 6:
                 shown = [OP_NAMES[v] if 0 <= v < len(OP_NAMES) else str(v) for v in values]
@@ -235,16 +237,21 @@ def check_table(schedule: Schedule, table: list[list[int]]) -> None:
                 shown = [_dtype_name(v).removeprefix("torch.") for v in values]
             else:
                 shown = [str(v) for v in values]
-            detail = ", ".join(f"rank {r}: {v}" for r, v in enumerate(shown))
+            detail = ", ".join(f"rank {r}: {v}" for r, v in enumerate(shown))  # (alltoallv: ranks with a count)
             raise InputError(f"{what}: ranks disagree on the {name} ({detail})")
     if schedule.collective.kind is Kind.BARRIER:
         return
-    n = table[0][2]
+    n = common_count(table)
     for r, row in enumerate(table):
         want_in, want_out = _expected_numel(schedule, r, n)
         if (want_in and row[3] not in (want_in,)) or (want_out and row[4] != want_out):
             raise InputError(f"{what}: rank {r}: sizes do not fit: tensor has {row[3]} elements, "
                              f"output {row[4]}; with {n} elements per rank it needs {want_in} and {want_out}")
+
+
+def common_count(table: list[list[int]]) -> int:
+    """The per-rank element count the ranks agree on (for alltoallv: elements per chunk); 0 when none has one."""
+    return max((row[2] for row in table), default=0) if table else 0
 
 
 # Tags at and above this carry the runner's own messages; transfer tags (transfer ids) stay below.

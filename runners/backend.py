@@ -72,7 +72,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Kind
-from runners import direct
+from runners import alltoallv, direct
 from runners.collectives import Collectives, device_type_of, timeout_of
 from runners.errors import RunTimeout
 from runners.inner_groups import forget_inner_group, inner_group
@@ -286,13 +286,15 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
         nbytes: int,
         op: dist.ReduceOp.RedOpType = _R.SUM,
         root: int | None = None,
+        matrix: Any = None,
     ) -> None:
         """Run the policy's schedule for ``kind`` on contiguous 1-D tensors (or the direct fallback).
 
         Tensors follow ``runners.runner.run``: in-place kinds use ``tensor``;
         ``tensor`` is None on the non-roots of scatter and ``output`` on the
         non-roots of gather; a barrier has neither. ``nbytes`` is the size the
-        policy sees (nccl-tests conventions), identical on every rank.
+        policy sees (nccl-tests conventions), identical on every rank. ``matrix``: an alltoallv's traffic
+        matrix in chunks (``runners.alltoallv``; its caller handles the direct fallback).
         """
         choice = self._choose(kind, nbytes)
         if choice.algorithm == P2P:
@@ -300,8 +302,11 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
             direct.run_kind(kind, group, tensor, output, op=op, root=root)
             return
         self.executed[f"{kind}/{choice}"] += 1
-        sched = schedule(kind, choice, self.size(), root)
-        run(sched, tensor, output, op=op, group=group, timeout=self._job_timeout or self._timeout, check=self._check)
+        sched = (schedule(kind, choice, self.size(), root) if matrix is None
+                 else alltoallv.schedule_for(choice, matrix))
+        # An alltoallv's split table was all-gathered and checked on every rank (sizes, dtype): no second check.
+        run(sched, tensor, output, op=op, group=group, timeout=self._job_timeout or self._timeout,
+            check=self._check and matrix is None)
 
     # ------------------------------------------------------------------ barrier and point-to-point
 

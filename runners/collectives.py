@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
 from algorithms.ir import Kind
-from runners import direct
+from runners import alltoallv, direct
 from runners.policy import P2P
 from runners.work import Job
 
@@ -168,7 +168,9 @@ class Collectives:
 
         def _execute(self, kind: Kind, group: dist.ProcessGroup, tensor: torch.Tensor | None,
                      output: torch.Tensor | None = None, *, nbytes: int, op: dist.ReduceOp.RedOpType = _R.SUM,
-                     root: int | None = None) -> None: ...
+                     root: int | None = None, matrix: Any = None) -> None: ...
+
+        def _choose(self, kind: Kind, nbytes: int) -> Any: ...
 
     # ------------------------------------------------------------------ all-reduce
 
@@ -468,10 +470,22 @@ class Collectives:
         return job
 
     def _alltoall_pieces(
-        self, group: dist.ProcessGroup, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]
+        self, group: dist.ProcessGroup, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor],
+        *, even: bool = False,
     ) -> None:
+        """``outs[s]`` := rank s's ``ins[me]``: the alltoall schedule when every piece of every rank has one
+        size (``even``: known without asking), else the alltoallv schedule of the ranks' split sizes."""
         check_same_dtype([*outs, *ins], "all_to_all")
         n = ins[0].numel()
+        table = None
+        if not even:
+            # Every rank's pieces: each knows only its own, and all must pick the same schedule.
+            table = alltoallv.split_table(group, [t.numel() for t in ins], [t.numel() for t in outs],
+                                          ins[0].device, ins[0].dtype)
+            even = all(v == n for row in table for v in row)
+        if table is not None and not even:
+            self._alltoallv_pieces(group, outs, ins, table)
+            return
         if all(t.numel() == n for t in (*outs, *ins)):
             src = torch.cat([t.reshape(-1) for t in ins])
             dst = torch.empty_like(src)
@@ -485,6 +499,25 @@ class Collectives:
         for o, f in zip(outs, flats, strict=True):
             write_back(o, f)
 
+    def _alltoallv_pieces(self, group: dist.ProcessGroup, outs: Sequence[torch.Tensor],
+                          ins: Sequence[torch.Tensor], table: list[list[int]]) -> None:
+        """The policy's alltoallv schedule for the ranks' split sizes ``table`` (elements), or direct exchange."""
+        _unit, matrix = alltoallv.unit_matrix(table)  # the runner finds the unit again from the tensors' sizes
+        p = self.size()
+        nbytes = sum(map(sum, table)) * ins[0].element_size() // p  # the mean rank's input, as the simulator
+        if self._choose(Kind.ALLTOALLV, nbytes).algorithm == P2P:
+            flats = [flat_view(o) for o in outs]
+            self.executed[f"{Kind.ALLTOALLV}/{P2P}"] += 1
+            direct.alltoall(group, flats, [flat_view(i) for i in ins])
+            for o, f in zip(outs, flats, strict=True):
+                write_back(o, f)
+            return
+        src = torch.cat([t.reshape(-1) for t in ins])
+        dst = torch.empty(sum(t.numel() for t in outs), dtype=src.dtype, device=src.device)
+        self._execute(Kind.ALLTOALLV, group, src, dst, nbytes=nbytes, matrix=matrix)
+        for o, piece in zip(outs, dst.split([t.numel() for t in outs]), strict=True):
+            o.copy_(piece.view(o.shape))
+
     @collective("all_to_all_single", _c10d.AllToAllOptions, lambda output, input, outs, ins: [output, input])
     def all_to_all_single(
         self,
@@ -497,9 +530,10 @@ class Collectives:
         """``dist.all_to_all_single``: the alltoall schedule for even splits, direct exchange otherwise."""
         outs = self._split_rows(output, list(output_split_sizes), "output")
         ins = self._split_rows(input, list(input_split_sizes), "input")
+        even = not output_split_sizes and not input_split_sizes  # torch's even split, the same on every rank
 
         def job() -> list[torch.Tensor]:
-            self._alltoall_pieces(call.group, outs, ins)
+            self._alltoall_pieces(call.group, outs, ins, even=even)
             return [output]
 
         return job

@@ -235,6 +235,7 @@ HAND_DEFAULTS: Mapping[Kind, tuple[Rule, ...]] = {
     Kind.SCATTER: (_band(None, "binomial", "linear"),),
     Kind.GATHER: (_band(None, "binomial", "linear"),),
     Kind.ALLTOALL: (_band(None, "pairwise", "linear", "bruck"),),
+    Kind.ALLTOALLV: (_band(None, "direct", "pairwise"),),  # one step: fewer Python messages (see Performance)
     Kind.BARRIER: (_band(None, "dissemination"),),
 }
 """The hand-made bands: what ``collsched tune`` keeps where its prediction is not clearly better, and the

@@ -13,7 +13,11 @@ nccl for CUDA tensors. Tensor arguments follow torch's single-tensor APIs
 | scatter | p·N on the root (ignored elsewhere, may be None) | N | ``scatter`` with one flat tensor |
 | gather | N | p·N on the root (ignored elsewhere, may be None) | ``gather`` into one flat tensor |
 | alltoall | p·N | p·N | ``all_to_all_single`` with equal splits |
+| alltoallv | row r of T, times N | column r of T, times N | ``all_to_all_single`` with split sizes |
 | barrier | None | - | ``barrier`` |
+
+For alltoallv, N is the elements of one chunk of its matrix T (``algorithms.ir``): rank r's ``tensor``
+holds its blocks for ranks 0..p-1 in order, ``output`` those from ranks 0..p-1.
 
 Chunks. Every buffer is an array of the schedule's chunks of ``S = ceil(N/C)``
 elements, and segment s of a p·N tensor holds chunks ``s·C .. s·C+C-1``, so the
@@ -71,6 +75,7 @@ from runners.arguments import (
     SUPPORTED_DTYPES,
     check_own_row,
     check_table,
+    common_count,
     devices_of,
     exchange,
     local_check,
@@ -219,8 +224,8 @@ def run(
         table = [row]
     result = output if not coll.in_place else tensor
     if coll.kind is not Kind.BARRIER:
-        n = table[0][2]
-        if n == 0:
+        n = common_count(table)
+        if n <= 0:
             return result
     ref = tensor if isinstance(tensor, torch.Tensor) and plan.schedule.buffer_chunks(rank, Buf.INPUT) else output
     if coll.kind is Kind.BARRIER or ref is None:

@@ -122,10 +122,10 @@ def count_per_rank(kind: Kind, size: int, p: int, element_size: int) -> int:
 
 def busbw_factor(kind: Kind, p: int) -> float:
     """nccl-tests' bus-bandwidth factor: allreduce 2(p-1)/p; allgather, reducescatter, alltoall,
-    scatter, gather (p-1)/p; broadcast, reduce (and barrier) 1."""
+    alltoallv, scatter, gather (p-1)/p; broadcast, reduce (and barrier) 1."""
     if kind is Kind.ALLREDUCE:
         return 2 * (p - 1) / p
-    if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL, Kind.SCATTER, Kind.GATHER):
+    if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL, Kind.ALLTOALLV, Kind.SCATTER, Kind.GATHER):
         return (p - 1) / p
     return 1.0
 

@@ -62,6 +62,7 @@ SCHEMA: dict[str, Any] = {
                 "ranks": {"type": "integer", "minimum": 1},
                 "chunks": {"type": "integer", "minimum": 1},
                 "root": {"type": ["integer", "null"], "minimum": 0},
+                "matrix": {"type": "array"},  # rows and entries are checked by Collective, which names the row
             },
         },
         "scratch_chunks": _INDEX,
@@ -109,7 +110,7 @@ def to_dict(schedule: Schedule) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "name": schedule.name,
-        "collective": {"kind": c.kind.value, "ranks": c.ranks, "chunks": c.chunks, "root": c.root},
+        "collective": _collective_dict(c),
         "scratch_chunks": schedule.scratch_chunks,
         "steps": [
             [
@@ -141,6 +142,13 @@ def _switch_op(obj: object, where: str) -> SwitchOp:
         return SwitchOp(SwitchOpKind(obj["op"]), obj["switch"], ends[0], ends[1], obj["count"], obj["step"])
     except ScheduleError as e:
         raise ScheduleError(f"{where}: {e}") from None
+
+
+def _collective_dict(c: Collective) -> dict[str, Any]:
+    d: dict[str, Any] = {"kind": c.kind.value, "ranks": c.ranks, "chunks": c.chunks, "root": c.root}
+    if c.matrix is not None:
+        d["matrix"] = [list(row) for row in c.matrix]
+    return d
 
 
 def dumps(schedule: Schedule) -> str:
@@ -178,7 +186,7 @@ def from_dict(doc: object) -> Schedule:
         raise ScheduleError(f"schedule file field {_path(err)}: {err.message}")
     assert isinstance(doc, dict)  # guaranteed by the schema
     c = doc["collective"]
-    collective = Collective(Kind(c["kind"]), c["ranks"], c["chunks"], c["root"])
+    collective = Collective(Kind(c["kind"]), c["ranks"], c["chunks"], c["root"], c.get("matrix"))
     steps = tuple(
         Step(tuple(_transfer(t, f"steps.{si}.{ti}") for ti, t in enumerate(step)))
         for si, step in enumerate(doc["steps"])

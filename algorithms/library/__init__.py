@@ -10,6 +10,7 @@ from algorithms.library import (
     allgather,
     allreduce,
     alltoall,
+    alltoallv,
     barrier,
     broadcast,
     gather,
@@ -23,5 +24,6 @@ from algorithms.library import (
     torus,
 )
 
-__all__ = ["allgather", "allreduce", "alltoall", "barrier", "broadcast", "gather", "innetwork", "nccl", "pat", "reduce",
+__all__ = ["allgather", "allreduce", "alltoall", "alltoallv", "barrier", "broadcast", "gather", "innetwork", "nccl",
+           "pat", "reduce",
            "reducescatter", "scatter", "swing", "torus"]

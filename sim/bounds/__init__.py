@@ -4,6 +4,9 @@
   the cut that attains them (``bound``);
 - ``packing``: synthesis by pipelined spanning-tree packing (``synthesize``); explicit routes
   (``routed``: widest, neighbour) are ``sim.topology.routing``'s, re-exported here;
+- ``lp``: the exact all-to-all(v) bound by max-concurrent-flow LP (HiGHS), with its bottleneck links;
+- ``flows``: all-to-all(v) synthesis from the LP's flows, over several paths, pipelined;
+- ``symmetry``: rank orbits and automorphisms found from the graph, for the symmetric packing;
 - ``synth``: the synthesizer as the registered algorithm ``synth`` (``-a synth --param topology=SPEC``),
   registered through the ``collsched.algorithms`` entry point.
 

@@ -185,7 +185,7 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
     star = {r: np.full(n, r, dtype=np.int64) for r in roots}
     direct = sum((tree_load(star[r], r) for r in roots), np.zeros(routes.nl)) * chunks
     sym: dict[int, list[np.ndarray]] | None = None
-    perms = _automorphisms(topology, roots) if len(roots) > 1 and n <= SYMMETRIC_MAX_RANKS else None
+    perms = _symmetries(topology, roots) if len(roots) > 1 and n <= SYMMETRIC_MAX_RANKS else None
     if perms is not None:
         sym, predicted = _pack_symmetric(routes, perms, roots, chunks, inward, passes, kappa)
     if len(roots) == n and n > 1:
@@ -243,49 +243,65 @@ def _map_tree(parent: np.ndarray, pm: np.ndarray) -> np.ndarray:
     return out
 
 
-def _pack_symmetric(routes: _Routes, perms: dict[int, np.ndarray], roots: Sequence[int], chunks: int,
+def _pack_symmetric(routes: _Routes, perms: dict[int, tuple[int, np.ndarray]], roots: Sequence[int], chunks: int,
                     inward: bool, passes: int, kappa: float) -> tuple[dict[int, list[np.ndarray]], float]:
-    """The greedy packing restricted to symmetric solutions: trees are chosen for the first root
-    only, priced and loaded as the sum of their images under ``perms`` (one per root), and every
-    root uses the images. Returns the trees of every root and the predicted max link load."""
+    """The greedy packing restricted to symmetric solutions: trees are chosen for each orbit's base only
+    (``perms[r]`` is r's base and an automorphism taking the base to r), priced and loaded as the sum of their
+    images over the orbit, and every root uses its base's trees' images. Returns the trees of every root and
+    the predicted max link load."""
     n = routes.n
-    base = roots[0]
-    pms = [perms[r] for r in roots]
+    orbits: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for r in roots:
+        base, pm = perms[r]
+        orbits.setdefault(base, []).append((r, pm))
     load = np.zeros(routes.nl)
-    chosen: list[np.ndarray] = []
+    chosen: dict[int, list[np.ndarray]] = {b: [] for b in orbits}
 
-    def orbit_load(parent: np.ndarray) -> np.ndarray:
+    def orbit_load(parent: np.ndarray, members: list[tuple[int, np.ndarray]]) -> np.ndarray:
         total = np.zeros(routes.nl)
-        for r, pm in zip(roots, pms, strict=True):
+        for r, pm in members:
             t = _map_tree(parent, pm)
             kids = np.array([v for v in range(n) if v != r], dtype=np.int64)
             par = t[kids]
             total += routes.load(kids * n + par if inward else par * n + kids)
         return total
 
-    cache: dict[bytes, np.ndarray] = {}
+    cache: dict[tuple[int, bytes], np.ndarray] = {}
     for p in range(max(1, passes)):
         for j in range(chunks):
-            if p > 0:
-                load -= cache[chosen[j].tobytes()]
-            top = float(load.max()) if load.size else 0.0
-            y = np.exp(kappa * (load / top - 1.0)) if top > 0 else np.ones(routes.nl)
-            price = routes.prices(y)
-            np.fill_diagonal(price, 0.0)
-            orbit = sum((price[np.ix_(pm, pm)] for pm in pms), np.zeros((n, n)))
-            np.fill_diagonal(orbit, np.inf)
-            parent = _grow(orbit, base, inward)
-            key = parent.tobytes()
-            if key not in cache:
-                cache[key] = orbit_load(parent)
-            load += cache[key]
-            if p == 0:
-                chosen.append(parent)
-            else:
-                chosen[j] = parent
+            for base, members in orbits.items():
+                if p > 0:
+                    load -= cache[(base, chosen[base][j].tobytes())]
+                top = float(load.max()) if load.size else 0.0
+                y = np.exp(kappa * (load / top - 1.0)) if top > 0 else np.ones(routes.nl)
+                price = routes.prices(y)
+                np.fill_diagonal(price, 0.0)
+                orbit = sum((price[np.ix_(pm, pm)] for _, pm in members), np.zeros((n, n)))
+                np.fill_diagonal(orbit, np.inf)
+                parent = _grow(orbit, base, inward)
+                key = (base, parent.tobytes())
+                if key not in cache:
+                    cache[key] = orbit_load(parent, members)
+                load += cache[key]
+                if p == 0:
+                    chosen[base].append(parent)
+                else:
+                    chosen[base][j] = parent
     np.maximum(load, 0.0, out=load)
-    trees = {r: [_map_tree(t, pm) for t in chosen] for r, pm in zip(roots, pms, strict=True)}
+    trees = {r: [_map_tree(t, perms[r][1]) for t in chosen[perms[r][0]]] for r in roots}
     return trees, float(load.max()) if load.size else 0.0
+
+
+def _symmetries(topology: Topology, roots: Sequence[int]) -> dict[int, tuple[int, np.ndarray]] | None:
+    """For every root, its orbit's base and an automorphism taking the base to it: the builder family's
+    translations where the graph has them (checked link by link; cheap on large worlds), else the orbits
+    found from the graph itself (``sim.bounds.symmetry``), so a topology file packs as its name would."""
+    named = _automorphisms(topology, roots)
+    if named is not None:
+        return {r: (roots[0], pm) for r, pm in named.items()}
+    from sim.bounds.symmetry import rank_orbits
+
+    return rank_orbits(topology, roots)
 
 
 def _automorphisms(topology: Topology, roots: Sequence[int]) -> dict[int, np.ndarray] | None:

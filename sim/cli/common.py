@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from algorithms import formats as fileformat
 from algorithms import registry
-from algorithms.errors import UsageError
+from algorithms.errors import CollschedError, UsageError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 from sim.topology.forms import SPEC_FORMS
 from sim.topology.routing import ROUTINGS
@@ -25,7 +25,8 @@ __all__ = [
     "dash_values",
     "BOUND_AUTO_RANKS", "BOUND_KIND_NAMES", "PLACEMENT_FORMS", "ParseError", "Parser", "SPEC_FORMS",
     "add_common_args", "add_network_args", "add_output_args", "add_routing_arg", "add_schedule_args",
-    "add_topology_args", "bound_for", "engine_options", "gigabytes", "human_size", "human_time", "is_msccl",
+    "add_matrix_arg", "add_topology_args", "bound_for", "matrix_from_args", "engine_options", "gigabytes",
+    "human_size", "human_time", "is_msccl",
     "peak_rss_mib", "root_for", "save_schedule", "schedule_from_args", "topology_from_args", "want_bound",
 ]
 
@@ -82,9 +83,37 @@ def add_schedule_args(parser: argparse.ArgumentParser, *, ranks: bool = True, fi
     parser.add_argument("--root", "-r", type=int, metavar="R", help="root rank for rooted kinds (default 0)")
     parser.add_argument("--param", action="append", type=parse_param, default=[], metavar="NAME=VALUE",
                         help="other algorithm parameter, e.g. --param group=4 (repeatable)")
+    add_matrix_arg(parser)
     if file:
         parser.add_argument("--file", "-f", metavar="F",
                             help="a schedule file (collsched.schedule/1 JSON, or MSCCL-IR XML)")
+
+
+MATRIX_HELP = ("alltoallv's traffic matrix: uniform, uniform:N, zipf:S (MoE tokens routed to experts of Zipf(S) "
+               "popularity, experts in blocks on ranks; zipf:S,tokens=T,experts=E,top_k=K,seed=X), trace:FILE "
+               "(a router trace, SOURCE_RANK,EXPERT a line) or a FILE (JSON [[...]] or CSV, p rows of p chunk "
+               "counts); default uniform")
+
+
+def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
+    """``--matrix SPEC``: the traffic matrix of an alltoallv (``algorithms.matrices.parse``)."""
+    parser.add_argument("--matrix", metavar="SPEC", help=MATRIX_HELP)
+
+
+def matrix_from_args(args: argparse.Namespace, kind: str | None, ranks: int) -> Any:
+    """The ``--matrix`` of an alltoallv for ``ranks`` ranks (None without one); ``UsageError`` for another kind."""
+    spec = getattr(args, "matrix", None)
+    if spec is None:
+        return None
+    if kind != Kind.ALLTOALLV.value:
+        raise UsageError(f"--matrix is for -c alltoallv, not {kind or 'a schedule file'}")
+    from algorithms import matrices
+    from algorithms.errors import ScheduleError
+
+    try:
+        return matrices.parse(spec, ranks)
+    except ScheduleError as e:
+        raise UsageError(f"--matrix: {e}" if not str(e).startswith("--matrix") else str(e)) from None
 
 
 def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None, allow_custom: bool = False) -> Schedule:
@@ -93,7 +122,8 @@ def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None, al
     ``allow_custom``: an MSCCL-IR file with ``coll="custom"`` loads (for timing only: it has no postcondition).
     """
     if getattr(args, "file", None):
-        extra = [o for o in ("collective", "algorithm", "chunks", "root") if getattr(args, o, None) is not None]
+        extra = [o for o in ("collective", "algorithm", "chunks", "root", "matrix")
+                 if getattr(args, o, None) is not None]
         if getattr(args, "ranks", None) is not None:
             extra.append("ranks")
         if extra or args.param:
@@ -114,7 +144,47 @@ def schedule_from_args(args: argparse.Namespace, *, ranks: int | None = None, al
     if args.chunks is not None:
         params["chunks"] = args.chunks
     algorithm = registry.get(args.collective, args.algorithm)
+    matrix = matrix_from_args(args, args.collective, p) if p is not None else None
+    if matrix is not None:
+        params["matrix"] = matrix
+    from sim.guards import guard_build
+
+    guard_build(args.collective, args.algorithm, p, lambda q: algorithm.build(  # type: ignore[arg-type]
+        q, root=args.root, **params), _chunks(params))  # before building
     return algorithm.build(p, root=args.root, **params)  # type: ignore[arg-type]
+
+
+def _chunks(params: dict[str, Any]) -> int:
+    """The chunks a build asks for, for its estimate (a bad value is the builder's to refuse)."""
+    c = params.get("chunks")
+    return c if isinstance(c, int) and not isinstance(c, bool) and c >= 1 else 1
+
+
+def guard_library_args(args: argparse.Namespace, ranks: int) -> None:
+    """simulate's and sweep's resource guard (``sim.guards.guard_build``): every library schedule the options
+    name, on ``ranks`` ranks, estimated before the topology or any schedule is built."""
+    from sim.guards import guard_build
+
+    if getattr(args, "file", None) or getattr(args, "collective", None) is None:
+        return
+    names = [args.algorithm] if getattr(args, "algorithm", None) else None
+    if names is None and getattr(args, "algorithms", None):
+        names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    try:
+        candidates = [registry.get(args.collective, a) for a in names] if names is not None else list(
+            registry.algorithms(args.collective))
+    except CollschedError:
+        return  # an unknown name: the command says so itself
+    for alg in candidates:
+        params: dict[str, Any] = dict(getattr(args, "param", None) or [])
+        if args.chunks is not None and any(x.name == "chunks" for x in alg.parameters):
+            params["chunks"] = args.chunks
+        if alg.unsupported(ranks, params) is not None:
+            continue
+        def build(q: int, alg: Any = alg, params: dict[str, Any] = params) -> Schedule:
+            return alg.build(q, root=args.root, **params)
+
+        guard_build(args.collective, alg.name, ranks, build, _chunks(params))
 
 
 def is_msccl(path: str) -> bool:
@@ -263,7 +333,7 @@ def add_network_args(p: argparse.ArgumentParser) -> None:
                         f"auto does up to {BOUND_AUTO_RANKS} ranks (default auto)")
 
 
-BOUND_KIND_NAMES = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall")
+BOUND_KIND_NAMES = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall", "alltoallv")
 """Kinds with a lower bound (``sim.bounds``): scatter, gather and barrier have none."""
 
 
@@ -297,7 +367,16 @@ def topology_from_args(args: argparse.Namespace, ranks: int | None = None) -> An
 
     bw = parse_bandwidth(args.bandwidth) if args.bandwidth is not None else None
     lat = parse_duration(args.latency) if args.latency is not None else None
+    guard = getattr(args, "guard", None)
+    if guard is not None:  # the command's resource guard (sim.guards), before the topology is even built
+        from sim.guards import spec_ranks
+
+        n = ranks if ranks is not None else spec_ranks(args.topology)
+        if n is not None:
+            guard(args, n)
     topo = from_spec(args.topology, bandwidth=bw, latency=lat)
+    if guard is not None and ranks is None and n is None:  # a file: its world is known once it is read
+        guard(args, topo.ranks)
     p = topo.ranks if ranks is None else ranks
     if p != topo.ranks:
         _check_part(args, p, topo.ranks)
@@ -353,15 +432,24 @@ def root_for(kind: str, root: int | None) -> int | None:
     return None
 
 
-def bound_for(kind: Kind, root: int | None, topology: Any, size: float, faults: Any = None) -> Any:
+def bound_for(kind: Kind, root: int | None, topology: Any, size: float, faults: Any = None,
+              collective: Any = None) -> Any:
     """The ``sim.bounds.cuts.Bound`` of a run, or None for kinds without one (scatter, gather, barrier).
-    ``faults`` (``sim.engine.reference.Faults``): the bound of the topology the run actually sees."""
+    ``faults`` (``sim.engine.reference.Faults``): the bound of the topology the run actually sees;
+    ``collective``: an alltoallv's, for its traffic matrix (``sim.bounds.traffic``; default uniform)."""
     if kind.value not in BOUND_KIND_NAMES:
         return None
     from sim.bounds.cuts import bound
 
     if faults is not None:
         topology = faults.apply(topology)
+    if kind is Kind.ALLTOALLV:
+        from algorithms.ir import Collective
+        from sim.bounds.traffic import matrix_bound
+
+        if collective is None:
+            collective = Collective(Kind.ALLTOALLV, topology.ranks, matrix=((1,) * topology.ranks,) * topology.ranks)
+        return matrix_bound(topology, collective, size)
     return bound(kind, topology, size, root=root if kind in ROOTED_KINDS else None)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from algorithms import registry
 from algorithms.errors import UsageError
-from algorithms.ir import Schedule
+from algorithms.ir import Kind, Schedule
 from sim.cli.common import (
     BOUND_AUTO_RANKS,
     add_common_args,
@@ -20,6 +20,7 @@ from sim.cli.common import (
     dash_values,
     engine_options,
     gigabytes,
+    guard_library_args,
     human_size,
     human_time,
     peak_rss_mib,
@@ -71,7 +72,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     stretched = stretched_pairs(schedule, topo)
 
     b = None if schedule.name.startswith("custom:") or not want_bound(args, topo.ranks) else bound_for(
-        schedule.collective.kind, schedule.collective.root, topo, size, opts["faults"])
+        schedule.collective.kind, schedule.collective.root, topo, size, opts["faults"], schedule.collective)
     eff = {"bound_s": b.bound_s, "efficiency": b.efficiency(result.time)} if b is not None else {}
     if args.json:
         print(json.dumps({**result.to_dict(), "wall_s": wall, "peak_rss_MiB": peak_rss_mib(),
@@ -108,8 +109,9 @@ def _closed_form_line(schedule: Schedule, result: Any, opts: dict[str, Any], arg
     from sim.engine.closed_form import predict, route_alpha_beta
 
     alg = registry.get(schedule.collective.kind, args.algorithm)
-    if alg.cost is None:
-        return ""
+    coll = schedule.collective
+    if alg.cost is None or (coll.kind is Kind.ALLTOALLV and len(set(coll.traffic().flat)) > 1):
+        return ""  # an alltoallv's closed form is for the uniform matrix
     route, beta = route_alpha_beta(result.topology)
     overhead, launch = float(opts["overhead"]), float(opts["launch"])
     reduce_bw = opts["reduce_bandwidth"]
@@ -179,4 +181,4 @@ def add_parser(subparsers: Any) -> None:
     add_common_args(p, json_help='print {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "engine", '
                                  '"wall_s", "peak_rss_MiB"}')
     dash_values(p)
-    p.set_defaults(func=_cmd_simulate)
+    p.set_defaults(func=_cmd_simulate, guard=guard_library_args)

@@ -15,13 +15,16 @@ from algorithms.errors import UsageError
 from algorithms.ir import Kind, Schedule
 from sim.cli.common import (
     add_common_args,
+    add_matrix_arg,
     add_network_args,
     bound_for,
     dash_values,
     engine_options,
     gigabytes,
+    guard_library_args,
     human_size,
     human_time,
+    matrix_from_args,
     topology_from_args,
     want_bound,
 )
@@ -77,7 +80,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 raise UsageError(alg.refusal(p, params) or reason)
             print(f"collsched sweep: skipping {alg.name}: {reason}", file=sys.stderr)
             continue
-        s = alg.build(p, root=args.root, **params)
+        matrix = matrix_from_args(args, args.collective, p)
+        s = alg.build(p, root=args.root, **params) if matrix is None else alg.build(p, matrix=matrix, **params)
         schedules.append((s.name, s))
     schedules += files
     if not schedules:
@@ -86,7 +90,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     all_ok = True
 
     root = schedules[0][1].collective.root
-    unit = bound_for(Kind(args.collective), root, topo, 1.0, opts["faults"]) if want_bound(args, p) \
+    unit = bound_for(Kind(args.collective), root, topo, 1.0, opts["faults"], schedules[0][1].collective) \
+        if want_bound(args, p) \
         else None  # cuts once, scaled per size
     with bar(len(sizes) * len(schedules), unit="run", enabled=not args.no_progress) as progress:
         for size in sizes:
@@ -166,6 +171,7 @@ def add_parser(subparsers: Any) -> None:
                    help="also sweep this schedule file (its collective and ranks must match; repeatable)")
     p.add_argument("--chunks", "-k", type=int, metavar="k", help="chunks per piece for every algorithm")
     p.add_argument("--root", "-r", type=int, metavar="R", help="root rank for rooted kinds (default 0)")
+    add_matrix_arg(p)
     add_network_args(p)
     from sim.cli.runtime import add_runtime_args
 
@@ -176,4 +182,4 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--plot", metavar="F.png", help="write a plot of time vs size per algorithm")
     add_common_args(p, json_help="print the results as JSON")
     dash_values(p)
-    p.set_defaults(func=_cmd_sweep)
+    p.set_defaults(func=_cmd_sweep, guard=guard_library_args)

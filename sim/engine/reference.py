@@ -32,7 +32,7 @@ equals the alpha-beta closed form (``sim.engine.closed_form``) to rounding.
 
 Sizes follow nccl-tests (docs/design.md, "Sizes and bandwidths"): ``size`` is the buffer of allreduce,
 broadcast and reduce, the output of allgather and gather, the input of
-reducescatter, scatter and alltoall, and one token of a barrier.
+reducescatter, scatter and alltoall, the mean rank's input of alltoallv, and one token of a barrier.
 
 This module is the simpy engine, the reference; ``simulate(engine="fast")``
 computes the same model with ``sim.engine.fast`` (numpy arrays, no event per
@@ -108,6 +108,10 @@ def chunk_bytes(collective: Collective, size: float) -> float:
         return size / c
     if k is Kind.BARRIER:
         return float(size)
+    if k is Kind.ALLTOALLV:
+        # size is the mean rank's input (the matrix's total over p), as alltoall's size is each rank's input.
+        total = int(collective.traffic().sum())
+        return size * p / total if total else 0.0
     # allgather/gather: the output; reducescatter/scatter/alltoall: the input; all p·C chunks.
     return size / (p * c)
 

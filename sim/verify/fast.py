@@ -159,6 +159,9 @@ def expected_columns(coll: Collective, layout: SlotLayout) -> tuple[np.ndarray, 
     elif k is Kind.ALLTOALL:
         slots = grid(ob_all, sc)
         chunk, lo, ln = grid(everyone * c, sc % c), np.tile(sc // c, p), np.ones_like(slots)
+    elif k is Kind.ALLTOALLV:
+        slots, chunk, lo = _alltoallv_expected(coll, ob_all)
+        ln = np.ones_like(slots)
     else:
         e = np.zeros(0, dtype=np.int64)
         return e, e, e, e
@@ -166,6 +169,19 @@ def expected_columns(coll: Collective, layout: SlotLayout) -> tuple[np.ndarray, 
         order = np.argsort(slots, kind="stable")
         slots, chunk, lo, ln = slots[order], chunk[order], lo[order], ln[order]
     return slots, chunk, lo, ln
+
+
+def _alltoallv_expected(coll: Collective, ob_all: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All-to-allv's postcondition as slots, chunk and source rank: output block (s -> r) holds s's input block."""
+    t = coll.traffic()
+    src, dst = np.nonzero(t)
+    n = t[src, dst]
+    # One entry per chunk k of every non-empty block, blocks in (src, dst) order.
+    k = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    recv = (np.cumsum(t, axis=0) - t)[src, dst]  # chunks from sources before src, in dst's output
+    send = (np.cumsum(t, axis=1) - t)[src, dst]  # chunks for destinations before dst, in src's input
+    slots = np.repeat(ob_all[dst] + recv, n) + k
+    return slots, np.repeat(send, n) + k, np.repeat(src.astype(np.int64), n)
 
 
 class _Runner:

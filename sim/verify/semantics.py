@@ -168,6 +168,11 @@ def expected_state(coll: Collective, layout: SlotLayout) -> dict[int, Content]:
             out.update((ob + i, (r * c + i, 1 << root)) for i in range(c))  # type: ignore[operator]
         elif k is Kind.ALLTOALL:
             out.update((ob + s * c + i, (r * c + i, 1 << s)) for s in range(p) for i in range(c))
+        elif k is Kind.ALLTOALLV:
+            # Rank r's output is its matrix column in source order: block s holds s's input block for r.
+            for s in range(p):
+                o, i0 = ob + coll.recv_offset(r, s), coll.send_offset(s, r)
+                out.update((o + i, (i0 + i, 1 << s)) for i in range(coll.block(s, r)))
     return out
 
 

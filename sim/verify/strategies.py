@@ -116,6 +116,10 @@ def collectives(
         p = draw(world_sizes(max_ranks=max_ranks))
         c = 1 if kind is Kind.BARRIER else draw(chunk_counts(max_chunks=max_chunks))
         root = draw(roots(p)) if kind in ROOTED_KINDS else None
+        if kind is Kind.ALLTOALLV:  # a traffic matrix of 0..max_chunks chunks a pair instead of C
+            matrix = draw(st.lists(st.lists(st.integers(0, max_chunks), min_size=p, max_size=p), min_size=p,
+                                   max_size=p))
+            return Collective(kind, p, matrix=tuple(tuple(row) for row in matrix))
         return Collective(kind, p, c, root)
 
     return build()

@@ -138,10 +138,18 @@ def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, gr
             run(sched, group=group, timeout=60, executor=executor, engine=engine)
         return None
     segs_in = p if kind in (Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALLTOALL) else 1
+    if kind is Kind.ALLTOALLV:  # N elements a chunk: the rank's row of the matrix
+        segs_in = coll.input_chunks(me)
     data: torch.Tensor | None = make_data(segs_in * n, dtype, op, gen, exact).to(DEVICE[0])
     if kind is Kind.SCATTER and me != root:
         data = None  # non-roots pass no input, as torch allows
-    ref = native(kind, data, op, root, p, n, group, dtype)
+    if kind is Kind.ALLTOALLV:
+        assert data is not None
+        ref = torch.empty(coll.output_chunks(me) * n, dtype=dtype, device=data.device)
+        dist.all_to_all_single(ref, data, [coll.block(i, me) * n for i in range(p)],
+                               [coll.block(me, j) * n for j in range(p)], group=group)
+    else:
+        ref = native(kind, data, op, root, p, n, group, dtype)
     for executor in chosen:
         err = _one_run(sched, data, ref, op, n, group, exact, executor, f"{label} [{executor}]", engine)
         if err:
@@ -162,6 +170,8 @@ def _one_run(sched: Schedule, data: torch.Tensor | None, ref: torch.Tensor | Non
         run(sched, x, op=OPS[op], group=group, timeout=60, executor=executor, engine=engine)
     else:
         segs_out = p if kind in (Kind.ALLGATHER, Kind.ALLTOALL, Kind.GATHER) else 1
+        if kind is Kind.ALLTOALLV:
+            segs_out = coll.output_chunks(me)
         out = None if kind is Kind.GATHER and me != root else torch.full((segs_out * n,), 7).to(DEVICE[0], dtype)
         got = run(sched, x, out, op=OPS[op], group=group, timeout=60, executor=executor, engine=engine)
         if x is not None and data is not None and not torch.equal(x, data):

@@ -369,6 +369,8 @@ def dumps_msccl(schedule: Schedule, *, name: str | None = None, proto: str = "Si
     out-of-place. Kinds MSCCL-IR cannot express (rooted kinds: the format has
     no root; barrier) raise ``ScheduleError``.
     """
+    if schedule.collective.kind is Kind.ALLTOALLV:
+        schedule = _alltoallv_as_alltoall(schedule)
     coll = schedule.collective
     if schedule.switch_ops:
         first = schedule.switch_ops[0]
@@ -470,6 +472,23 @@ def _write(schedule: Schedule, ops: list[_Op], tbs: list[list[tuple[int, int, in
         out.append("  </gpu>\n")
     out.append("</algo>\n")
     return "".join(out)
+
+
+def _alltoallv_as_alltoall(schedule: Schedule) -> Schedule:
+    """An alltoallv whose blocks are all C chunks as the alltoall of C chunks it is (the same buffers, slot for
+    slot); ``ScheduleError`` saying why for any other matrix."""
+    coll = schedule.collective
+    t = coll.traffic()
+    sizes = sorted({int(v) for v in t.flat})
+    if len(sizes) != 1 or sizes[0] == 0:
+        i, j = (int(x) for x in divmod(int((t != t.flat[0]).argmax()), coll.ranks)) if len(sizes) > 1 else (0, 0)
+        detail = (f"T[0][0] = {int(t[0, 0])} but T[{i}][{j}] = {int(t[i, j])}" if len(sizes) > 1
+                  else "every block is empty")
+        raise ScheduleError(f"cannot write this alltoallv as MSCCL-IR: the format cuts every buffer into equal "
+                            f"chunks of the call's count, so it holds only all-to-alls whose blocks are all one "
+                            f"size ({detail}); export an alltoall, or keep the collsched JSON")
+    return Schedule.from_columns(Collective(Kind.ALLTOALL, coll.ranks, sizes[0]), schedule.name, schedule.columns(),
+                                 schedule.scratch_chunks)
 
 
 def save_msccl(schedule: Schedule, path: str | os.PathLike[str], **options: Any) -> None:

@@ -33,6 +33,8 @@ _WIDE = {Kind.ALLGATHER, Kind.GATHER, Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALL
 def sized_chunks(schedule: Schedule) -> int:
     """Chunks in the buffer whose size is the message size n."""
     c = schedule.collective
+    if c.kind is Kind.ALLTOALLV:  # the mean rank's input: the matrix's total over p
+        return sum(map(sum, c.matrix or ())) // c.ranks
     return c.ranks * c.chunks if c.kind in _WIDE else c.chunks
 
 

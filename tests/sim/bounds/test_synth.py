@@ -210,7 +210,7 @@ def test_cli_synthesize_writes_a_schedule_that_loads_and_verifies(tmp_path: pyte
     assert d["time_s"] == pytest.approx(simulate(s, t, 2**26).time)
     assert d["bound_s"] == pytest.approx(2**26 / 6 * 5 / (3 * 50e9))  # 5 pieces over 3 links in
     assert d["efficiency"] == pytest.approx(d["bound_s"] / d["time_s"])
-    code, out = _cli("synthesize", "-c", "alltoall", "-t", "ring:4", "-o", path)
+    code, out = _cli("synthesize", "-c", "scatter", "-t", "ring:4", "-o", path)  # alltoall is sim.bounds.flows's
     assert code == 2
 
 
