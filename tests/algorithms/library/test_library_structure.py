@@ -28,6 +28,7 @@ def test_every_family_is_registered() -> None:
         "scatter": {"binomial", "linear"},
         "gather": {"binomial", "linear"},
         "alltoall": {"pairwise", "bruck", "direct"},
+        "alltoallv": {"direct", "pairwise", "bruck", "hierarchical"},
         "barrier": {"dissemination", "recursive_doubling", "central"},
     }
     have: dict[str, set[str]] = {}
