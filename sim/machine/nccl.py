@@ -358,7 +358,9 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
             if opts.get("launch") is None:
                 opts["launch"] = model.launch
             try:
-                result = simulate(build(kind, name, topology, size, root), apply(topology, model), size, **opts)
+                linked = apply(topology, model)
+                result = min((simulate(build(kind, name, topology, size, root, chunks=k), linked, size, **opts)
+                              for k in _stage_counts(kind, name, topology, size)), key=lambda r: float(r.time))
                 return NcclRun(pick, simulated, name, model, result, notes)
             except CollschedError as e:  # too large to build or to lower here, or refused at this size
                 why = f"its schedule {name} cannot be simulated here ({e})"
@@ -372,8 +374,30 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
         name = schedule_name(kind, simulated.algorithm)
 
 
-def build(kind: Kind, name: str, topology: Topology, size: float, root: int | None = None) -> Schedule:
-    """The registry's ``name`` for ``kind`` on ``topology`` with the parameters NCCL's version takes."""
+STAGE_SEARCH_RANKS = 64
+"""Up to this many ranks the NVLS schedules' stage count is searched (``_stage_counts``); above, the 128 KiB rule."""
+
+
+def _stage_counts(kind: Kind, name: str, topology: Topology, size: float) -> list[int | None]:
+    """The ``chunks`` values to simulate for ``name``: None (``_params``' own) except for the NVLS schedules on
+    up to ``STAGE_SEARCH_RANKS`` ranks. NCCL's NVLS kernel keeps many 128 KiB chunks in flight over its channels,
+    so a chunk's switch latency hides behind the others'; the schedule expresses that pipeline as ``chunks``
+    stages that each pay the switch-op latency, so the run takes the fastest of the powers of two up to the 128 KiB
+    rule's count (what a tuned pipeline depth would be: few stages where latency dominates, many where bandwidth
+    does)."""
+    if name not in ("nvls", "nvls_tree") or topology.ranks > STAGE_SEARCH_RANKS:
+        return [None]
+    most = int(_params(kind, name, topology, size).get("chunks", 1))
+    counts = [1 << i for i in range(most.bit_length()) if 1 << i <= most]
+    return [*counts, most] if counts[-1] != most else counts
+
+
+def build(kind: Kind, name: str, topology: Topology, size: float, root: int | None = None, *,
+          chunks: int | None = None) -> Schedule:
+    """The registry's ``name`` for ``kind`` on ``topology`` with the parameters NCCL's version takes (``chunks``
+    overrides the stage count)."""
     params = _params(kind, name, topology, size)
+    if chunks is not None:
+        params["chunks"] = chunks
     return registry.build(kind, name, topology.ranks, root=(0 if root is None else root)
                           if kind in ROOTED_KINDS else None, **params)
