@@ -119,7 +119,7 @@ def collectives(
         if kind is Kind.ALLTOALLV:  # a traffic matrix of 0..max_chunks chunks a pair instead of C
             matrix = draw(st.lists(st.lists(st.integers(0, max_chunks), min_size=p, max_size=p), min_size=p,
                                    max_size=p))
-            return Collective(kind, p, matrix=matrix)
+            return Collective(kind, p, matrix=tuple(map(tuple, matrix)))
         return Collective(kind, p, c, root)
 
     return build()
