@@ -388,7 +388,7 @@ def _stage_counts(kind: Kind, name: str, topology: Topology, size: float) -> lis
     if name not in ("nvls", "nvls_tree") or topology.ranks > STAGE_SEARCH_RANKS:
         return [None]
     most = int(_params(kind, name, topology, size).get("chunks", 1))
-    counts = [1 << i for i in range(most.bit_length()) if 1 << i <= most]
+    counts: list[int | None] = [1 << i for i in range(most.bit_length()) if 1 << i <= most]
     return [*counts, most] if counts[-1] != most else counts
 
 

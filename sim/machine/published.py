@@ -133,6 +133,11 @@ def from_nccl_tests(path: str | Path) -> Table:
     rows = [(int(r.size), float(r.oop.time_us) * 1e-6) for r in t.rows if r.oop.time_us]
     header = {str(k): str(v) for k, v in dict(t.params).items()}
     header["collective"] = str(t.collective)
+    # A forced algorithm shows in the log as NCCL prints it with NCCL_DEBUG=INFO ("NCCL INFO NCCL_ALGO set by
+    # environment to Ring") or as the variable itself (a launcher echoing NCCL_ALGO=Ring).
+    m = re.search(r"NCCL_ALGO(?:=| set by environment to )\s*(\w+)", Path(path).read_text(errors="replace"))
+    if m:
+        header["nccl_algo"] = f"NCCL_ALGO={m.group(1)}"
     return Table(Path(path), header, rows)
 
 
