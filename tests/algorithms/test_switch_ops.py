@@ -7,21 +7,15 @@ import pickle
 
 import pytest
 
-from algorithms import Buf, Collective, Kind, Schedule, ScheduleBuilder, ScheduleError
+from algorithms import Buf, Collective, Kind, Schedule, ScheduleError
 from algorithms.formats import schedule as fmt
 from algorithms.formats.msccl.writer import dumps_msccl
 from algorithms.ir import Endpoint, SwitchOp, SwitchOpKind, switch_ops_by_step
+from tests.algorithms import switch_cases
 
 
 def _nvls(p: int = 4) -> Schedule:
-    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p), "nvls-test")
-    with b.step():
-        for g in range(p):
-            b.switch_reduce("node0", list(range(p)), [g], g)
-    with b.step():
-        for g in range(p):
-            b.multicast("node0", g, [d for d in range(p) if d != g], g)
-    return b.build()
+    return switch_cases.nvls_allreduce(p)  # reduce chunk g into rank g in the switch, then multicast it
 
 
 def test_builder_keeps_steps_that_hold_only_switch_ops() -> None:
