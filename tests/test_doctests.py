@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,8 +17,20 @@ MODULES = ("algorithms", "algorithms.builder", "algorithms.formats.files", "sim.
            "sim.bounds", "sim.cli.app")
 
 
+@pytest.fixture
+def registry_as_it_was() -> Iterator[None]:
+    """The examples register algorithms whose globals doctest clears afterwards: take them out again, or a later
+    test in this process that builds every registered algorithm (tune, sweep) meets a NameError."""
+    from algorithms import registry
+
+    before = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+
+
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name: str) -> None:
+def test_docstring_examples(name: str, registry_as_it_was: None) -> None:
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, report=True)
     assert result.attempted > 0, f"{name} has no docstring example"
