@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from algorithms.errors import ScheduleError
+from algorithms.formats.schedule import read_bytes
 from algorithms.ir import MAX_SLOTS, Matrix, check_matrix
 
 __all__ = ["MATRIX_FORMS", "expert_rank", "load", "parse", "scaled", "trace", "uniform", "zipf"]
@@ -241,16 +242,10 @@ def _routes(src: list[int], exp: list[int], experts: int | None, ranks: int, whe
 
 
 def _read(path: str | os.PathLike[str]) -> str:
-    p = Path(path)
     try:
-        size = p.stat().st_size
-        if size > MAX_MATRIX_FILE_BYTES:
-            raise ScheduleError(f"{p}: {size} bytes, over the limit of {MAX_MATRIX_FILE_BYTES}")
-        return p.read_text()
-    except OSError as e:
-        raise ScheduleError(f"{p}: cannot read: {e.strerror or e}") from None
+        return read_bytes(path, MAX_MATRIX_FILE_BYTES).decode()
     except UnicodeDecodeError:
-        raise ScheduleError(f"{p}: not a text file") from None
+        raise ScheduleError(f"{Path(path)}: not a text file") from None
 
 
 def _no_constant(name: str) -> object:

@@ -54,33 +54,18 @@ class Table:
 
 
 def load_table(path: str | Path) -> Table:
-    """Read one table; ``ValueError`` naming the file and line when it cannot be read."""
-    path = Path(path)
-    header: dict[str, str] = {}
-    rows: list[tuple[int, float]] = []
-    cols: list[str] | None = None
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        if line.startswith("#"):
-            key, sep, value = line[1:].partition(":")
-            if sep:
-                header[key.strip()] = value.strip()
-            continue
-        cells = line.split("\t")
-        if cols is None:
-            cols = [c.strip() for c in cells]
-            if "size_bytes" not in cols or "time_us" not in cols:
-                raise ValueError(f"{path}:{i}: expected a header row with size_bytes and time_us, got {line!r}")
-            continue
-        try:
-            rows.append((int(cells[cols.index("size_bytes")]), float(cells[cols.index("time_us")]) * 1e-6))
-        except (ValueError, IndexError):
-            raise ValueError(f"{path}:{i}: expected numbers in size_bytes and time_us, got {line!r}") from None
+    """Read one published ``.tsv`` table (``sim.machine.nccl_tests.read_published``, which checks its rows); its
+    header lines and out-of-place times. ``ValueError`` naming the file and line when it cannot be read."""
+    from sim.machine.nccl_tests import read_published
+
+    t = read_published(path)
+    header = {str(k): str(v) for k, v in dict(t.params).items()}
     for key in ("preset", "collective"):
         if key not in header:
             raise ValueError(f"{path}: no '# {key}:' header line")
-    return Table(path, header, rows)
+    header["collective"] = str(t.collective)
+    return Table(Path(path), header, [(int(r.size), float(r.oop.time_us) * 1e-6) for r in t.rows
+                                        if r.oop.time_us is not None])
 
 
 def tables_in(dirs: Iterable[str | Path]) -> list[Table]:
@@ -120,16 +105,9 @@ def from_nccl_tests(path: str | Path) -> Table:
     """A table from an nccl-tests log as printed (or a published ``.tsv``), through the nccl-tests parser
     (``sim.machine.nccl_tests``): its out-of-place times; ``ValueError`` naming the file and line when it
     cannot be read."""
-    import importlib
+    from sim.machine import nccl_tests
 
-    try:
-        mod = importlib.import_module("sim.machine.nccl_tests")
-    except ImportError:
-        if str(path).endswith(".tsv"):
-            return load_table(path)
-        raise ValueError(f"{path}: reading nccl-tests logs needs sim.machine.nccl_tests, which is not "
-                         "installed here") from None
-    t = mod.load(path)
+    t = nccl_tests.load(path)
     rows = [(int(r.size), float(r.oop.time_us) * 1e-6) for r in t.rows if r.oop.time_us]
     header = {str(k): str(v) for k, v in dict(t.params).items()}
     header["collective"] = str(t.collective)
