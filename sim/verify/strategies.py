@@ -148,10 +148,11 @@ def schedules(
     ``names`` restricts to algorithms with those names (an unknown name is an
     error, not an empty strategy). Each of an algorithm's parameters is drawn
     from its ``minimum`` to ``max_chunks`` for ``chunks``, to
-    ``max_params[name]`` where given, else to ``max(default, p)``. World sizes
-    the algorithm cannot serve with its default parameters (its registry
-    check says why) are never drawn; a drawn parameter combination it refuses
-    is rejected.
+    ``max_params[name]`` where given, else to ``max(default, p)``, and among
+    those from the values the algorithm's registry check accepts together
+    with the parameters drawn before it. World sizes the algorithm cannot
+    serve with its default parameters are never drawn; a drawn combination it
+    still refuses is rejected.
     """
     _check_bound("min_ranks", min_ranks, 1)
     _check_bound("max_ranks", max_ranks, min_ranks)
@@ -192,7 +193,12 @@ def schedules(
                 hi = max_chunks
             else:
                 hi = caps.get(prm.name, max(prm.default, p))
-            params[prm.name] = draw(st.integers(prm.minimum, max(prm.minimum, hi)))
+            lo, hi = prm.minimum, max(prm.minimum, hi)
+            # Draw among the values the algorithm's check accepts with what is drawn so far (a check such
+            # as "a power of two <= p/2" would otherwise reject most draws); all values when none is.
+            fits = [v for v in range(lo, hi + 1) if algo.unsupported(p, {**params, prm.name: v}) is None] \
+                if algo.check is not None and hi - lo <= 256 else []
+            params[prm.name] = draw(st.sampled_from(fits) if fits else st.integers(lo, hi))
         if algo.unsupported(p, params) is not None:
             hypothesis.reject()
         root = draw(roots(p)) if algo.kind in ROOTED_KINDS else None
