@@ -137,11 +137,15 @@ SIZES = (0, 1, 3, 1000, 40_003)
 # ----------------------------------------------------------------------------- reductions
 
 
-def reductions(rank: int, world: int, full: bool = False) -> None:
-    """all_reduce, reduce, reduce_scatter (list and tensor) against gloo: dtypes x ops x sizes x sync/async."""
+def reductions(rank: int, world: int, full: bool = False, few: bool = False) -> None:
+    """all_reduce, reduce, reduce_scatter (list and tensor) against gloo: dtypes x ops x sizes x sync/async.
+
+    ``full``: every dtype and size; ``few``: one float and one integer type (for pinning each algorithm).
+    """
     c = Checker(rank)
     seed = 0
-    dtypes = FLOATS + INTS if full else (torch.float32, torch.bfloat16, torch.int64, torch.uint8)
+    dtypes = FLOATS + INTS if full else (torch.float32, torch.int64) if few else \
+        (torch.float32, torch.bfloat16, torch.int64, torch.uint8)
     with gloo_group() as gloo:
         for dtype in dtypes:
             ops = ARITH_OPS + ((R.AVG,) if dtype.is_floating_point else (R.BAND, R.BOR, R.BXOR))
@@ -162,7 +166,7 @@ def reductions(rank: int, world: int, full: bool = False) -> None:
                         seed += 1
                         case = f"reduce_scatter_tensor {dtype} {op} n={n} async={async_op}"
                         c.run(case, _reduce_scatter, c, case, gloo, rank, world, dtype, op, n, seed, async_op)
-    c.finish(least=500 if full else 200)
+    c.finish(least=500 if full else 90 if few else 200)
 
 
 def _all_reduce(c: Checker, case: str, gloo: Any, rank: int, world: int, dtype: torch.dtype, op: Any, n: int,
@@ -200,12 +204,16 @@ def _reduce_scatter(c: Checker, case: str, gloo: Any, rank: int, world: int, dty
 # ----------------------------------------------------------------------------- data movement
 
 
-def movement(rank: int, world: int, full: bool = False) -> None:
-    """broadcast, all_gather (list, tensor, uneven), gather, scatter, all_to_all (list, single, uneven), barrier."""
+def movement(rank: int, world: int, full: bool = False, few: bool = False) -> None:
+    """broadcast, all_gather (list, tensor, uneven), gather, scatter, all_to_all (list, single, uneven), barrier.
+
+    ``full``: every dtype and size; ``few``: float32 only (for pinning each algorithm).
+    """
     c = Checker(rank)
     seed = 10_000
     with gloo_group() as gloo:
-        for dtype in (torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool)[:None if full else 3]:
+        dtypes = (torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool)
+        for dtype in dtypes[:None if full else 1 if few else 3]:
             for n in (0, 1, 5, 3001) if full else (0, 5, 3001):
                 for async_op in (False, True):
                     seed += 1
@@ -214,7 +222,13 @@ def movement(rank: int, world: int, full: bool = False) -> None:
                         case = f"{name} {dtype} n={n} async={async_op}"
                         c.run(case, body, case, *args)
         c.run("barrier", lambda: [wait(dist.barrier(async_op=a), a) for a in (False, True)])
-    c.finish(least=300 if full else 90)
+    c.finish(least=300 if full else 30 if few else 90)
+
+
+def every_kind(rank: int, world: int, few: bool = False) -> None:
+    """``reductions`` then ``movement`` in one job (one spawn instead of two)."""
+    reductions(rank, world, few=few)
+    movement(rank, world, few=few)
 
 
 def _input(dtype: torch.dtype, n: int, rank: int, seed: int) -> torch.Tensor:

@@ -41,18 +41,10 @@ def _correct_in_any_order(schedule: Schedule, seed: int) -> None:
 @pytest.mark.parametrize(("kind", "name"), ALGORITHMS)
 @given(data=st.data())
 def test_correct_in_lockstep_and_in_any_dataflow_order(kind: str, name: str, data: st.DataObject) -> None:
-    # The torus algorithms move 2·D parts per rank: up to 32 ranks here (the slow test below and
-    # test_library_torus.py verify every grid up to 64).
+    # The torus algorithms move 2·D parts per rank: up to 32 ranks here (test_library_torus.py verifies
+    # their grids up to 64).
     most = 32 if name in TORUS_ALGORITHMS else 64
     _correct_in_any_order(data.draw(instances(kind, name, most)), data.draw(st.integers(0, 2**32)))
-
-
-@pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@pytest.mark.parametrize(("kind", "name"), ALGORITHMS)
-@given(data=st.data())
-def test_correct_in_any_order_many_examples(kind: str, name: str, data: st.DataObject) -> None:
-    _correct_in_any_order(data.draw(instances(kind, name)), data.draw(st.integers(0, 2**32)))
 
 
 @pytest.mark.parametrize(("kind", "name"), ALGORITHMS)

@@ -79,9 +79,10 @@ def test_swing_torus_is_correct_on_every_power_of_two_2d_grid_to_64(dims: str) -
     assert verify(build("swing_torus", p, dims=dims)).ok, dims
 
 
+# Every 3-D and 4-D power-of-two grid to 32 ranks, and at 64 ranks one of each shape (even, lopsided, 4-D).
 @pytest.mark.slow
-@pytest.mark.parametrize("dims", _grids(64, 3, POW2) + _grids(64, 4, POW2[:4]))
-def test_swing_torus_is_correct_on_every_power_of_two_3d_and_4d_grid_to_64(dims: str) -> None:
+@pytest.mark.parametrize("dims", _grids(32, 3, POW2) + _grids(32, 4, POW2[:4]) + ["4x4x4", "2x16x2", "2x2x2x8"])
+def test_swing_torus_is_correct_on_every_power_of_two_3d_and_4d_grid_to_32(dims: str) -> None:
     p = math.prod(int(q) for q in dims.split("x"))
     assert verify(build("swing_torus", p, dims=dims)).ok, dims
 
@@ -100,9 +101,10 @@ def test_torus_bucket_is_correct_for_any_number_of_parts(dims: str, ports: int) 
     assert verify(build("torus_bucket", p, dims=dims, ports=ports, chunks=2)).ok
 
 
+# Every 2-D grid to 32 ranks, and beyond it grids with a prime side, a side of 1 and the square.
 @pytest.mark.slow
-@pytest.mark.parametrize("dims", _grids(64, 2, list(range(1, 65))))
-def test_torus_bucket_is_correct_on_every_2d_grid_to_64(dims: str) -> None:
+@pytest.mark.parametrize("dims", [*_grids(32, 2, list(range(1, 33))), "7x9", "5x13", "11x4", "1x61", "64x1", "8x8"])
+def test_torus_bucket_is_correct_on_every_2d_grid_to_32(dims: str) -> None:
     p = math.prod(int(q) for q in dims.split("x"))
     assert verify(build("torus_bucket", p, dims=dims)).ok, dims
 
