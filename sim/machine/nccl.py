@@ -13,7 +13,8 @@ the topology rewritten for the protocol (``sim.engine.protocols.apply``): NCCL's
 its per-step latency per hop, and the protocol's bandwidth as a factor on every link, the ratio of the
 protocol's modelled bus bandwidth to Simple's (LL's half and its cap, LL128's 120/128 and per-channel cap).
 An algorithm NCCL picks that is not registered (NVLS before in-switch reduction exists) is reported
-(``NcclRun.nccl``) and the best registered one simulated instead (``NcclRun.simulated``).
+(``NcclRun.nccl``) and the best registered one simulated instead (``NcclRun.simulated``). The NVLS schedules
+run in lockstep mode (``LOCKSTEP_SCHEDULES``: NCCL's NVLS kernel steps its whole group through shared buffers).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from sim.engine.protocols import (
 from sim.topology.gpus import GpuSystem, node_size, system_of
 from sim.topology.graph import Topology
 
-__all__ = ["CHOICES", "NcclChoice", "NcclRun", "choose", "model_channels", "simulate_nccl", "tuning"]
+__all__ = ["CHOICES", "LOCKSTEP_SCHEDULES", "NcclChoice", "NcclRun", "choose", "model_channels", "simulate_nccl",
+           "tuning"]
 
 CHOICES = ("ring", "tree", "pat", "nvls", "nvls_tree")
 """The algorithms ``algo=`` forces (NCCL_ALGO's names, lower case; collnet needs a SHARP network: not modelled)."""
@@ -357,6 +359,10 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
             opts = dict(engine)
             if opts.get("launch") is None:
                 opts["launch"] = model.launch
+            if name in LOCKSTEP_SCHEDULES and opts.get("mode", "dataflow") != "lockstep":
+                opts["mode"] = "lockstep"
+                notes.append(f"{name} runs in lockstep, as NCCL's NVLS kernel steps its group through shared "
+                             "buffers (sim.machine.nccl.LOCKSTEP_SCHEDULES)")
             try:
                 linked = apply(topology, model)
                 result = min((simulate(build(kind, name, topology, size, root, chunks=k), linked, size, **opts)
@@ -373,6 +379,17 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
                      f"{simulated.protocol} is simulated")
         name = schedule_name(kind, simulated.algorithm)
 
+
+LOCKSTEP_SCHEDULES = ("nvls", "nvls_tree")
+"""The schedules ``simulate_nccl`` runs in lockstep mode whatever ``mode`` it is given (a note says so). NCCL's NVLS
+kernels (src/device/all_reduce.h, ``RunWorkColl`` for ``NCCL_ALGO_NVLS`` and ``NCCL_ALGO_NVLS_TREE``) split their
+warps into fixed roles (scatter into the multicast buffer, ``ld_reduce``, send to / receive from the network, gather)
+that move each chunk through the NVLS group's shared FIFO slots step by step: no chunk's reduction runs ahead of the
+group and takes link bandwidth from an older chunk's multicast. In dataflow mode max-min fair sharing does let newer
+stages' reductions share the GPU links with older stages' multicasts, so the pipeline stalls and gets slower the more
+stages are in flight (``nvls_tree`` on dgx-h100:2 at 1 GiB in 16 stages: 260 GB/s busbw in dataflow with 4
+staging slots, 203 GB/s with 16, 421 GB/s in lockstep; nccl-tests #309 measured 449 GB/s); lockstep is the engine's
+model of the kernel's steps."""
 
 STAGE_SEARCH_RANKS = 64
 """Up to this many ranks the NVLS schedules' stage count is searched (``_stage_counts``); above, the 128 KiB rule."""
