@@ -20,13 +20,21 @@ switch.
 The switch ops name domains (``nvls``, ``sharp``, ``any``) that the topology
 resolves (``sim.topology.switches``), so the algorithms hold for any topology
 whose switches can do the operations.
+
+Costs (``registry.Cost``, the α-β-γ model of a lockstep schedule with one port per rank): a switch
+operation loads the links it crosses, so a step's β term counts, per rank, the chunks it sends up to a
+switch (each source of a reduction, the source of a multicast) and the chunks it receives from one (each
+target), as its transfers are counted; a switch's own combining costs no rank γ. The formulas are exact
+where the group divides p (tests/algorithms/library/test_innetwork_costs.py measures the schedules).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from algorithms.builder import ScheduleBuilder
 from algorithms.ir import Buf, Collective, Kind, Schedule
-from algorithms.registry import Parameter, register
+from algorithms.registry import Cost, Parameter, register
 
 _DEPTH = 2
 TREE_STAGES = Parameter("chunks", 32, "pipeline stages per piece (each: a reduction in the node, the owners' "
@@ -40,8 +48,18 @@ STAGES = Parameter("chunks", 64, "pipeline stages per piece: each reduces, then 
 __all__ = ["multicast_allgather", "multicast_broadcast", "nvls", "nvls_tree", "sharp"]
 
 
+def _nvls_bytes(p: int, n: float, k: int) -> float:
+    # Step 0 sends p chunks up (one per owner's reduction), the last receives p (one multicast per owner); the k - 1
+    # steps between carry a reduction and a multicast each: p + 1 chunks each way. A chunk is n / (p k).
+    return (2 * p + (k - 1) * (p + 1)) * n / (p * k)
+
+
 @register(Kind.ALLREDUCE, "nvls", source="NCCL NVLS (multimem.ld_reduce + multimem.st through the NVSwitch)",
-          parameters=(STAGES,), listed=False)
+          parameters=(STAGES,), listed=False,
+          cost=Cost("(k+1)α + (2p+(k-1)(p+1))·n/(pk)β, no rank reduces; each rank's link carries (p+1)n/p "
+                    "up and down", steps=lambda p, n, q: q["chunks"] + 1,
+                    bytes=lambda p, n, q: _nvls_bytes(p, n, q["chunks"]), reduced=lambda p, n, q: 0,
+                    sent_per_rank=lambda p, n, q: (p + 1) * n / p))
 def nvls(ranks: int, *, chunks: int = 64) -> Schedule:
     """NVLS all-reduce: per piece, an in-switch reduction to its owner, then the owner's multicast to all.
 
@@ -121,9 +139,48 @@ def _two_level(ranks: int, chunks: int, group: int, name: str) -> Schedule:
     return b.build()
 
 
+def _two_level_shape(p: int, group: int, name: str) -> tuple[int, int, int, int]:
+    """(g, q, M, m): ranks per node, nodes, the middle phases, the chunks each owner sends in one of them."""
+    g = max(1, min(group, p))
+    q = -(-p // g)
+    if name == "nvls_tree":
+        return g, q, 2 * (q - 1), 1
+    return g, q, (1 if q > 1 else 0), q
+
+
+def _two_level_cost(name: str) -> Cost:
+    def steps(p: int, n: float, prm: Mapping[str, int]) -> float:
+        _, _, mid, _ = _two_level_shape(p, prm["group"], name)
+        return prm["chunks"] + mid + 1
+
+    def moved(p: int, n: float, prm: Mapping[str, int]) -> float:
+        # Per stage a rank sends g·q chunks up for its node's reductions and receives g·q from its owners'
+        # multicasts; the owner receives q of the reduction and sends q of the multicast, and sends and
+        # receives m in each middle phase. Phase i of stage c runs in step c + i, so the reduction (phase 0,
+        # steps 0..k-1) and the multicast (phase L = M + 1, steps L..L+k-1) share max(0, k - L) steps.
+        g, q, mid, m = _two_level_shape(p, prm["group"], name)
+        k = prm["chunks"]
+        last = mid + 1
+        chunks = m * k * mid + q * (g * (k + min(k, last)) + max(0, k - last))
+        return chunks * n / (g * k * q)
+
+    def reduced(p: int, n: float, prm: Mapping[str, int]) -> float:
+        g, q, _, _ = _two_level_shape(p, prm["group"], name)
+        return (q - 1) * n / (g * q) if name == "nvls_tree" else 0  # the ring's q - 1 reduce steps per stage
+
+    def sent(p: int, n: float, prm: Mapping[str, int]) -> float:
+        g, q, mid, m = _two_level_shape(p, prm["group"], name)
+        return (g * q + q + m * mid) * n / (g * q)
+
+    middle = "2(q-1) ring steps of n/(gkq)" if name == "nvls_tree" else "one SHARP reduction of q·n/(gkq)"
+    return Cost(f"(k+M+1)α + β over the node's reduction, {middle} and the multicast, pipelined; g ranks per "
+                "node, q nodes, k stages (exact when g divides p)", steps=steps, bytes=moved, reduced=reduced,
+                sent_per_rank=sent)
+
+
 @register(Kind.ALLREDUCE, "nvls_tree", source="NCCL NVLS_TREE (NVLS in a node, the owners' ring across nodes)",
           parameters=(TREE_STAGES, GPUS), constraints=("group = GPUs per node; the last node may hold fewer",),
-          listed=False)
+          listed=False, cost=_two_level_cost("nvls_tree"))
 def nvls_tree(ranks: int, *, chunks: int = 32, group: int = 8) -> Schedule:
     """NVLS inside every node of ``group`` ranks, a ring all-reduce of each piece's owners across nodes."""
     return _two_level(ranks, chunks, group, "nvls_tree")
@@ -131,14 +188,16 @@ def nvls_tree(ranks: int, *, chunks: int = 32, group: int = 8) -> Schedule:
 
 @register(Kind.ALLREDUCE, "sharp", source="Graham et al., SHArP, COMHPC 2016; NCCL CollNet with SHARP",
           parameters=(TREE_STAGES, GPUS), constraints=("group = GPUs per node; the last node may hold fewer",),
-          listed=False)
+          listed=False, cost=_two_level_cost("sharp"))
 def sharp(ranks: int, *, chunks: int = 32, group: int = 8) -> Schedule:
     """NVLS inside every node of ``group`` ranks, one InfiniBand SHARP reduction of each piece's owners."""
     return _two_level(ranks, chunks, group, "sharp")
 
 
 @register(Kind.BROADCAST, "multicast", source="switch multicast (NVLS multimem.st, InfiniBand multicast)",
-          listed=False)
+          listed=False, cost=Cost("α + nβ: the root's k chunks go up once, every other rank takes them down",
+                                  steps=lambda p, n, q: 1 if p > 1 else 0, bytes=lambda p, n, q: n if p > 1 else 0,
+                                  reduced=lambda p, n, q: 0, sent_per_rank=lambda p, n, q: n if p > 1 else 0))
 def multicast_broadcast(ranks: int, *, chunks: int = 1, root: int | None = 0) -> Schedule:
     """Broadcast: every chunk of the root goes out through one multicasting switch to every other rank."""
     r = 0 if root is None else root
@@ -151,7 +210,9 @@ def multicast_broadcast(ranks: int, *, chunks: int = 1, root: int | None = 0) ->
 
 
 @register(Kind.ALLGATHER, "multicast", source="switch multicast (NVLS multimem.st, InfiniBand multicast)",
-          listed=False)
+          listed=False, cost=Cost("α + nβ: each rank sends n/p up once and takes all n down",
+                                  steps=lambda p, n, q: 1, bytes=lambda p, n, q: n, reduced=lambda p, n, q: 0,
+                                  sent_per_rank=lambda p, n, q: n / p))
 def multicast_allgather(ranks: int, *, chunks: int = 1) -> Schedule:
     """All-gather: every rank multicasts each input chunk to its slot of every rank's output (its own too)."""
     p, k = ranks, chunks
