@@ -158,13 +158,13 @@ def resolve(topology: Topology, op: SwitchOp, *,
                             f"{op.op} and is linked to all of ranks {ranks[0]}..{ranks[-1]}")
     if op.switch not in g or not isinstance(op.switch, str):
         raise TopologyError(f"{_label(op)}: topology {topology.name} has no switch {op.switch!r}")
-    caps = capabilities(topology, op.switch)
-    if caps is None or not caps.can(op.op):
+    named = capabilities(topology, op.switch)
+    if named is None or not named.can(op.op):
         raise TopologyError(f"{_label(op)}: switch {op.switch} of topology {topology.name} cannot {op.op}")
     far = [r for r in ranks if not (g.has_edge(r, op.switch) and g.has_edge(op.switch, r))]
     if far:
         raise TopologyError(f"{_label(op)}: rank {far[0]} has no link to and from switch {op.switch}")
-    return op.switch, caps
+    return op.switch, named
 
 
 def check_schedule(schedule: Schedule, topology: Topology) -> list[tuple[str, SwitchCaps]]:
