@@ -400,16 +400,16 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
             if opts.get("launch") is None:
                 opts["launch"] = model.launch
             modes = PIPELINE_MODES.get(name, (opts.get("mode", "dataflow"),))
-            if modes != (opts.get("mode", "dataflow"),):
-                kept = "s, the faster kept" if len(modes) > 1 else ""
-                notes.append(f"{name} runs in {' and '.join(modes)} mode{kept}, as NCCL moves its chunks in step "
-                             "order (sim.machine.nccl.PIPELINE_MODES)")
             try:
                 linked = apply(topology, model)
                 result = min((simulate(build(kind, name, topology, size, root, chunks=k,
                                              protocol=simulated.protocol), linked, size, **{**opts, "mode": mode})
                               for k in _stage_counts(kind, name, topology, size) for mode in modes),
                              key=lambda r: float(r.time))
+                if modes != (opts.get("mode", "dataflow"),):
+                    kept = "s, the faster kept" if len(modes) > 1 else ""
+                    notes.append(f"{name} runs in {' and '.join(modes)} mode{kept}, as NCCL moves its chunks in "
+                                 "step order (sim.machine.nccl.PIPELINE_MODES)")
                 return NcclRun(pick, simulated, name, model, result, notes)
             except CollschedError as e:  # too large to build or to lower here, or refused at this size
                 why = f"its schedule {name} cannot be simulated here ({e})"
