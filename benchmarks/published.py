@@ -7,8 +7,8 @@ Reads every ``.tsv`` table of the shared published tables (beside the repository
 (the format of that folder's README.md), simulates what NCCL runs for every size on the table's preset
 (``sim.machine.published.score``; a table that forced ``NCCL_ALGO`` forces it here too; no fitting), and
 prints per table the median and 90th-percentile |simulated - measured| / measured and the median ratio
-simulated / measured per regime (<= 64 KiB, between, >= 64 MiB). Sizes where NCCL ran NVLS or NVLSTree,
-which have no schedule here yet, are scored apart (the "NVLS" line). ``--rows`` also prints every size.
+simulated / measured per regime (<= 64 KiB, between, >= 64 MiB). Sizes where NCCL ran NVLS or NVLSTree
+are scored apart too (the "NVLS" columns), and every size together ("all"). ``--rows`` also prints every size.
 Prints tables; asserts nothing.
 """
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"published.py: {e}", file=sys.stderr)
         return 2
     head = ["table", "preset", "points", "median", "p90", *(name for name, _, _ in REGIMES), "NVLS points",
-            "NVLS median"]
+            "NVLS median", "all median", "all p90"]
     lines = [head]
     for t in tables:
         s = score(t)
@@ -84,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             for r in s.rows:
                 print(f"  {r['size']:>12} {r['measured_s'] * 1e6:>10.1f} {r['simulated_s'] * 1e6:>10.1f} "
                       f"{r['error']:>+7.1%}  {r['nccl']:<16} {r['simulated'] if r['nvls'] else ''}")
-        st, nv = s.stats(), s.stats(s.nvls_rows)
+        st, nv, everything = s.stats(), s.stats(s.nvls_rows), s.stats(s.rows)
         lines.append([t.path.stem, t.preset, str(st["points"]), _pct(st["median"]), _pct(st["p90"]),
-                      *(_ratio(st[name]) for name, _, _ in REGIMES), str(nv["points"]), _pct(nv["median"])])
+                      *(_ratio(st[name]) for name, _, _ in REGIMES), str(nv["points"]), _pct(nv["median"]),
+                      _pct(everything["median"]), _pct(everything["p90"])])
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     print("# measured (nccl-tests, out-of-place) vs collsched -a nccl; regimes: median simulated / measured")
     for r in lines:

@@ -13,7 +13,9 @@ the topology rewritten for the protocol (``sim.engine.protocols.apply``): NCCL's
 its per-step latency per hop, and the protocol's bandwidth as a factor on every link, the ratio of the
 protocol's modelled bus bandwidth to Simple's (LL's half and its cap, LL128's 120/128 and per-channel cap).
 An algorithm NCCL picks that is not registered (NVLS before in-switch reduction exists) is reported
-(``NcclRun.nccl``) and the best registered one simulated instead (``NcclRun.simulated``).
+(``NcclRun.nccl``) and the best registered one simulated instead (``NcclRun.simulated``). NCCL's pipelined
+schedules (NVLS, NVLS-tree, the tree) run in lockstep mode, the tree in both modes (``PIPELINE_MODES``: NCCL moves
+their chunks in step order, where dataflow's fair sharing would run them all at once).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from sim.engine.protocols import (
 from sim.topology.gpus import GpuSystem, node_size, system_of
 from sim.topology.graph import Topology
 
-__all__ = ["CHOICES", "NcclChoice", "NcclRun", "choose", "model_channels", "simulate_nccl", "tuning"]
+__all__ = ["CHOICES", "PIPELINE_MODES", "NcclChoice", "NcclRun", "choose", "model_channels", "simulate_nccl",
+           "tuning"]
 
 CHOICES = ("ring", "tree", "pat", "nvls", "nvls_tree")
 """The algorithms ``algo=`` forces (NCCL_ALGO's names, lower case; collnet needs a SHARP network: not modelled)."""
@@ -62,6 +65,18 @@ TREE_CORRECTION = {
 }
 NVLS_CHUNK = 128 * 1024
 """NCCL's NVLS chunk size, 128 KiB (src/transport/nvls.cc, ``NCCL_NVLS_CHUNKSIZE`` default)."""
+TREE_CHUNK = (4 << 20) // 8
+"""NCCL's tree chunk: one step of the Simple buffer, 4 MiB (src/init.cc, ``DEFAULT_BUFFSIZE``) over ``NCCL_STEPS`` = 8
+steps (src/include/device.h), ``chunkSteps`` 1 for every algorithm but the ring (src/enqueue.cc): 512 KiB."""
+LL_STEP = 8 * 512 * 8 * 16 // 8
+"""LL's step: ``NCCL_LL_LINES_PER_THREAD`` 8 x ``NCCL_LL_MAX_NTHREADS`` 512 x ``NCCL_STEPS`` 8 lines of 16 bytes
+(src/include/device.h, ``DEFAULT_LL_BUFFSIZE`` in src/init.cc), over 8 steps: 64 KiB, half of it data."""
+LL128_STEP = 120 * 640 * 8 * 8 // 8
+"""LL128's step: ``NCCL_LL128_ELEMS_PER_THREAD`` 120 x ``NCCL_LL128_MAX_NTHREADS`` 640 x ``NCCL_STEPS`` 8 eight-byte
+elements (src/init.cc, ``DEFAULT_LL128_BUFFSIZE``), over 8 steps: 614,400 bytes, 15 of every 16 elements data."""
+TREE_STAGES = 64
+"""At most this many chunks per tree in ``nccl_tree`` (its transfers grow with them: 2 (p - 1) per chunk and tree);
+64 keeps the pipeline's fill and drain (2 x the tree's height, 8 to 30 steps) a small part of the run."""
 RING_PLATEAU = 1.4
 """An inter-node Simple ring all-reduce's latency x1.4 once each rank's share per channel reaches 64 bytes, on
 compute capability >= 80 (src/graph/tuning.cc, ``ncclTopoGetAlgoTime``, "plateau effect of ring")."""
@@ -268,7 +283,27 @@ def schedule_name(kind: Kind, algo: str) -> str | None:
     return fb if fb is not None and _registered(kind, fb) else None
 
 
-def _params(kind: Kind, name: str, topology: Topology, size: float) -> dict[str, Any]:
+def tree_chunk(protocol: str, size: float, nodes: int, ranks: int, channels: int) -> int:
+    """Bytes of NCCL's tree chunk for one call of ``size`` bytes (src/enqueue.cc, the chunk size of a collective):
+    one step of the protocol's buffer per channel (``TREE_CHUNK`` for Simple; LL's 64 KiB step of 8-byte lines,
+    half of it data; LL128's step of 120 of every 128 bytes), LL128's halved while a channel would get fewer
+    than 64 (then 16) chunks per ``1 + log2(nodes) + ppn / 10`` steps over ``ppn`` GPUs per node, down to 128
+    (then 32) KiB."""
+    if protocol == "LL":
+        return LL_STEP // 2
+    if protocol != "LL128":
+        return TREE_CHUNK
+    chunk = LL128_STEP // 16 * 15
+    ppn = ranks / nodes
+    steps = 1 + int(math.log2(nodes)) + 0.1 * ppn
+    while size // (channels * chunk) < steps * 64 / ppn and chunk > 131072:
+        chunk //= 2
+    while size // (channels * chunk) < steps * 16 / ppn and chunk > 32768:
+        chunk //= 2
+    return chunk
+
+
+def _params(kind: Kind, name: str, topology: Topology, size: float, protocol: str = "Simple") -> dict[str, Any]:
     alg = registry.get(kind, name)
     known = {q.name for q in alg.parameters}
     gpn = node_size(topology) or 1
@@ -279,10 +314,17 @@ def _params(kind: Kind, name: str, topology: Topology, size: float) -> dict[str,
     if "channels" in known and system is not None:
         # One channel per rail carries what NCCL's two per NIC carry (they share the NIC's link).
         out["channels"] = system.nics_per_node if topology.ranks > gpn else 1
-    if "chunks" in known and name in ("chain", "nccl_tree", "double_binary_tree"):
+    if "chunks" in known and name in ("chain", "double_binary_tree"):
         # Pipelined algorithms move their data in pieces (NCCL: chunks of a step's buffer); a few suffice for
         # the pipeline to fill, and more only add transfers.
         out["chunks"] = max(1, min(8, int(size // (1 << 20)) or 1))
+    if "chunks" in known and name == "nccl_tree" and system is not None:
+        # NCCL's tree moves each channel's share in chunks of one protocol step (tree_chunk), up to TREE_STAGES of
+        # them; each of our channels' two trees carries what one of NCCL's channels does (size / NCCL's channels).
+        nodes = topology.ranks // gpn
+        chunk = tree_chunk(protocol, size, nodes, topology.ranks, model_channels(system))
+        per_tree = size / (2 * int(out.get("channels", 1) or gpn))
+        out["chunks"] = max(1, min(TREE_STAGES, math.ceil(per_tree / chunk)))
     if "chunks" in known and name in ("nvls", "nvls_tree"):
         # NVLS pipelines in chunks of 128 KiB (NCCL src/transport/nvls.cc, NCCL_NVLS_CHUNKSIZE): a stage per
         # 128 KiB of each rank's piece, at most 64 (the stages' count past which the pipeline is full).
@@ -357,10 +399,17 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
             opts = dict(engine)
             if opts.get("launch") is None:
                 opts["launch"] = model.launch
+            modes = PIPELINE_MODES.get(name, (opts.get("mode", "dataflow"),))
             try:
                 linked = apply(topology, model)
-                result = min((simulate(build(kind, name, topology, size, root, chunks=k), linked, size, **opts)
-                              for k in _stage_counts(kind, name, topology, size)), key=lambda r: float(r.time))
+                result = min((simulate(build(kind, name, topology, size, root, chunks=k,
+                                             protocol=simulated.protocol), linked, size, **{**opts, "mode": mode})
+                              for k in _stage_counts(kind, name, topology, size) for mode in modes),
+                             key=lambda r: float(r.time))
+                if modes != (opts.get("mode", "dataflow"),):
+                    kept = "s, the faster kept" if len(modes) > 1 else ""
+                    notes.append(f"{name} runs in {' and '.join(modes)} mode{kept}, as NCCL moves its chunks in "
+                                 "step order (sim.machine.nccl.PIPELINE_MODES)")
                 return NcclRun(pick, simulated, name, model, result, notes)
             except CollschedError as e:  # too large to build or to lower here, or refused at this size
                 why = f"its schedule {name} cannot be simulated here ({e})"
@@ -373,6 +422,27 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
                      f"{simulated.protocol} is simulated")
         name = schedule_name(kind, simulated.algorithm)
 
+
+PIPELINE_MODES: dict[str, tuple[str, ...]] = {"nvls": ("lockstep",), "nvls_tree": ("lockstep",),
+                                              "nccl_tree": ("dataflow", "lockstep")}
+"""The engine modes ``simulate_nccl`` runs NCCL's pipelined schedules in, whatever ``mode`` it is given (a note says
+so; where two are named, the faster run is kept). Their chunks are independent of each other, so that in dataflow
+mode every ready chunk starts at once and max-min fair sharing splits each link among them, which undoes the
+pipeline. NCCL moves a connection's chunks in order instead: a connection is a FIFO of ``NCCL_STEPS`` = 8 slots
+(src/include/device.h), a chunk a step, so a tree's chunks cross each edge one after the other. ``nccl_tree`` with
+Simple on dgx-h100:8 at 1 GiB takes 19.8 ms in dataflow whether it has 1, 8 or 64 chunks, 7.7 ms in lockstep with
+64 (NCCL's model: 6.5 ms). Lockstep in turn charges every step its slowest transfer, which the FIFO does not: the
+tree's LL128 sizes of 1-2 MiB on 2 nodes run faster in dataflow (the critical path of a few chunks), so the tree
+takes the faster of the two modes, each an overestimate where its assumption fails. The ring (one piece per step,
+each step waiting for the one before) is not affected and stays in the mode given. NCCL's NVLS
+kernels (src/device/all_reduce.h, ``RunWorkColl`` for ``NCCL_ALGO_NVLS`` and ``NCCL_ALGO_NVLS_TREE``) split their
+warps into fixed roles (scatter into the multicast buffer, ``ld_reduce``, send to / receive from the network, gather)
+that move each chunk through the NVLS group's shared FIFO slots step by step: no chunk's reduction runs ahead of the
+group and takes link bandwidth from an older chunk's multicast. In dataflow mode max-min fair sharing does let newer
+stages' reductions share the GPU links with older stages' multicasts, so the pipeline stalls and gets slower the more
+stages are in flight (``nvls_tree`` on dgx-h100:2 at 1 GiB in 16 stages: 260 GB/s busbw in dataflow with 4
+staging slots, 203 GB/s with 16, 421 GB/s in lockstep; nccl-tests #309 measured 449 GB/s); lockstep is the engine's
+model of the kernel's steps."""
 
 STAGE_SEARCH_RANKS = 64
 """Up to this many ranks the NVLS schedules' stage count is searched (``_stage_counts``); above, the 128 KiB rule."""
@@ -393,10 +463,10 @@ def _stage_counts(kind: Kind, name: str, topology: Topology, size: float) -> lis
 
 
 def build(kind: Kind, name: str, topology: Topology, size: float, root: int | None = None, *,
-          chunks: int | None = None) -> Schedule:
-    """The registry's ``name`` for ``kind`` on ``topology`` with the parameters NCCL's version takes (``chunks``
-    overrides the stage count)."""
-    params = _params(kind, name, topology, size)
+          chunks: int | None = None, protocol: str = "Simple") -> Schedule:
+    """The registry's ``name`` for ``kind`` on ``topology`` with the parameters NCCL's version takes with
+    ``protocol`` (``chunks`` overrides the stage count)."""
+    params = _params(kind, name, topology, size, protocol)
     if chunks is not None:
         params["chunks"] = chunks
     return registry.build(kind, name, topology.ranks, root=(0 if root is None else root)

@@ -136,15 +136,21 @@ def _label(op: SwitchOp) -> str:
     return f"step {op.step} switch op ({op.describe()})"
 
 
-def resolve(topology: Topology, op: SwitchOp) -> tuple[str, SwitchCaps]:
+def _capable(topology: Topology) -> list[tuple[Node, SwitchCaps]]:
+    """Every switch of ``topology`` that carries ``SwitchCaps``, in node order."""
+    return [(n, c) for n in topology.graph.nodes if (c := capabilities(topology, n)) is not None]
+
+
+def resolve(topology: Topology, op: SwitchOp, *,
+            switches: list[tuple[Node, SwitchCaps]] | None = None) -> tuple[str, SwitchCaps]:
     """The switch node that performs ``op`` and its capabilities; ``TopologyError`` naming the op and the
-    switch when it does not exist, cannot do the operation, or is not linked to every rank it touches."""
+    switch when it does not exist, cannot do the operation, or is not linked to every rank it touches.
+    ``switches``: the topology's capable switches (``_capable``), when the caller has them already."""
     g = topology.graph
     ranks = sorted(op.ranks())
     if op.switch in DOMAINS:
-        for n in g.nodes:
-            caps = capabilities(topology, n)
-            if caps is None or not caps.can(op.op) or op.switch not in ("any", caps.domain):
+        for n, caps in _capable(topology) if switches is None else switches:
+            if not caps.can(op.op) or op.switch not in ("any", caps.domain):
                 continue
             if all(g.has_edge(r, n) and g.has_edge(n, r) for r in ranks):
                 return str(n), caps
@@ -152,18 +158,28 @@ def resolve(topology: Topology, op: SwitchOp) -> tuple[str, SwitchCaps]:
                             f"{op.op} and is linked to all of ranks {ranks[0]}..{ranks[-1]}")
     if op.switch not in g or not isinstance(op.switch, str):
         raise TopologyError(f"{_label(op)}: topology {topology.name} has no switch {op.switch!r}")
-    caps = capabilities(topology, op.switch)
-    if caps is None or not caps.can(op.op):
+    named = capabilities(topology, op.switch)
+    if named is None or not named.can(op.op):
         raise TopologyError(f"{_label(op)}: switch {op.switch} of topology {topology.name} cannot {op.op}")
     far = [r for r in ranks if not (g.has_edge(r, op.switch) and g.has_edge(op.switch, r))]
     if far:
         raise TopologyError(f"{_label(op)}: rank {far[0]} has no link to and from switch {op.switch}")
-    return op.switch, caps
+    return op.switch, named
 
 
 def check_schedule(schedule: Schedule, topology: Topology) -> list[tuple[str, SwitchCaps]]:
-    """The resolved switch of every switch op of ``schedule`` (in order); ``TopologyError`` at the first bad one."""
-    return [resolve(topology, op) for op in schedule.switch_ops]
+    """The resolved switch of every switch op of ``schedule`` (in order); ``TopologyError`` at the first bad one.
+    Ops that name the same switch or domain for the same operation on the same ranks resolve once."""
+    switches = _capable(topology)
+    seen: dict[tuple[str, SwitchOpKind, frozenset[int]], tuple[str, SwitchCaps]] = {}
+    out = []
+    for op in schedule.switch_ops:
+        key = (op.switch, op.op, frozenset(op.ranks()))
+        hit = seen.get(key)
+        if hit is None:
+            hit = seen[key] = resolve(topology, op, switches=switches)
+        out.append(hit)
+    return out
 
 
 def with_sharp(topology: Topology, spec: str) -> Topology:
