@@ -594,7 +594,7 @@ def _documents(draw: st.DrawFn, depth: int = 0) -> str:
     return f"<{tag} " + " ".join(f"{k}={quoteattr(v)}" for k, v in attrs.items()) + f">{body}</{tag}>"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_documents())
 def test_fuzz_random_documents_raise_only_schedule_errors(text: str) -> None:
     try:
@@ -607,14 +607,14 @@ def test_fuzz_random_documents_raise_only_schedule_errors(text: str) -> None:
         pass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=400))
 def test_fuzz_random_bytes_raise_only_schedule_errors(data: bytes) -> None:
     with pytest.raises(ScheduleError):
         loads_msccl(b"<" + data)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_fuzz_mutated_good_files_raise_only_schedule_errors(data: st.DataObject) -> None:
     text = dumps_msccl(build("allreduce", "recursive_doubling", 4, chunks=2))

@@ -124,7 +124,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(JSON)
 def test_loader_fuzz_arbitrary_json_values(value: object) -> None:
     try:
@@ -133,7 +133,7 @@ def test_loader_fuzz_arbitrary_json_values(value: object) -> None:
         pass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=200))
 def test_loader_fuzz_arbitrary_bytes(data: bytes) -> None:
     try:
@@ -147,7 +147,7 @@ KEYS = [["name"], ["format"], ["scratch_chunks"], ["steps"], ["collective"], ["c
         ["steps", 0, 0]] + [["steps", 0, 0, k] for k in GOOD["steps"][0][0]]  # type: ignore[index]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(KEYS), JSON)
 def test_loader_fuzz_one_field_of_a_valid_document(path: list, value: object) -> None:
     doc = json.loads(json.dumps(GOOD))
