@@ -58,6 +58,9 @@ import numpy as np
 
 from algorithms.errors import CollschedError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
+from sim.bounds.pacing import emit_in as _paced_in
+from sim.bounds.pacing import emit_out as _paced_out
+from sim.bounds.pacing import pipelines as _pipelines
 from sim.topology import Node, Topology
 from sim.topology.routing import ROUTINGS, neighbour_routes, routed, widest_routes  # their home; kept importable here
 
@@ -160,6 +163,15 @@ class Packing:
     inward: bool
     trees: dict[int, list[np.ndarray]]
     time_per_byte: float
+    method: str = "greedy"
+    """Which packing it is: ``greedy``, ``star``, ``symmetric`` or ``chain`` (one root)."""
+    orbits: int = 1
+    """Classes of roots whose trees are images of each other's (greedy: every root its own; star: one)."""
+
+    @property
+    def regular(self) -> bool:
+        """Every root's trees the image of one root's: the simulator's link sharing treats all roots alike."""
+        return self.orbits <= 1
 
 
 def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool, passes: int = PASSES,
@@ -185,9 +197,11 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
     star = {r: np.full(n, r, dtype=np.int64) for r in roots}
     direct = sum((tree_load(star[r], r) for r in roots), np.zeros(routes.nl)) * chunks
     sym: dict[int, list[np.ndarray]] | None = None
+    classes = 1
     perms = _symmetries(topology, roots) if len(roots) > 1 and n <= SYMMETRIC_MAX_RANKS else None
     if perms is not None:
         sym, predicted = _pack_symmetric(routes, perms, roots, chunks, inward, passes, kappa)
+        classes = len({base for base, _ in perms.values()})
     if len(roots) == n and n > 1:
         # Every rank a root: the cut bound is known, and a regular packing that comes within
         # REGULAR of it needs no greedy packing to compare with.
@@ -195,9 +209,10 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
 
         lowest = float(cut_ratio(topology, reverse=inward)[0]) * chunks  # seconds per chunk byte
         if float(direct.max()) <= lowest * (1 + REGULAR):
-            return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
+            return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()),
+                           "star")
         if sym is not None and predicted <= lowest * (1 + REGULAR):
-            return Packing(tuple(roots), chunks, inward, sym, predicted)
+            return Packing(tuple(roots), chunks, inward, sym, predicted, "symmetric", classes)
     for p in range(max(1, passes)):
         for j in range(chunks):
             for r in roots:
@@ -215,9 +230,10 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
     np.maximum(load, 0.0, out=load)
     greedy = float(load.max()) if load.size else 0.0
     if direct.size and float(direct.max()) <= greedy * (1 + REGULAR):
-        return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
+        return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()),
+                       "star")
     if sym is not None and predicted <= greedy * (1 + REGULAR):
-        return Packing(tuple(roots), chunks, inward, sym, predicted)
+        return Packing(tuple(roots), chunks, inward, sym, predicted, "symmetric", classes)
     if len(roots) == 1 and n > 2:
         # One root: the chains through the ranks in order from it, one way, the other, or
         # alternating by chunk (a pipeline with one flow per link: optimal on a fat tree).
@@ -232,8 +248,8 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
         for chain in options.values():
             total = sum((tree_load(t, r) for t in chain), np.zeros(routes.nl))
             if float(total.max()) <= greedy * (1 + REGULAR):
-                return Packing(tuple(roots), chunks, inward, {r: chain}, float(total.max()))
-    return Packing(tuple(roots), chunks, inward, trees, greedy)
+                return Packing(tuple(roots), chunks, inward, {r: chain}, float(total.max()), "chain")
+    return Packing(tuple(roots), chunks, inward, trees, greedy, "greedy", len(roots))
 
 
 def _map_tree(parent: np.ndarray, pm: np.ndarray) -> np.ndarray:
@@ -376,6 +392,12 @@ class _Emitter:
         self.sends: list[tuple[int, int, int, int, Slot, int, Slot, Op, int]] = []
         self.ready: dict[tuple[int, Buf, int], int] = {}
         self.lane: dict[tuple[int, int, int, int], int] = {}
+        self.groups = ranks  # lane groups handed out by ``group``, after the roots' own (0 .. ranks-1)
+
+    def group(self) -> int:
+        """A fresh lane group: its sends share no lane with any other group's."""
+        self.groups += 1
+        return self.groups
 
     def reserve(self, rank: int, count: int = 1) -> int:
         """``count`` fresh scratch slots of ``rank``; the first one's index."""
@@ -425,6 +447,28 @@ class _Emitter:
             ready[dk] = max(ready.get(dk, -1), at)
         return Schedule(coll, name, tuple(Step(tuple(steps[s])) for s in sorted(steps)),
                         scratch_chunks=max(self.scratch, default=0))
+
+
+def _out_trees(e: _Emitter, phase: int, root: int, trees: list[np.ndarray], paced: bool,
+               src: Callable[[int], Slot], dst: Callable[[int], Slot]) -> None:
+    """Every chunk of ``root`` down its out-tree: as paced pipelines, or grouped by tree through the root's lanes."""
+    if paced:
+        for parent, js in _pipelines(trees):
+            _paced_out(e, phase, root, parent, js, e.group(), src, dst)
+    else:
+        for parent, js in _groups(trees):
+            _emit_out(e, phase, root, parent, js, src, dst)
+
+
+def _in_trees(e: _Emitter, phase: int, root: int, trees: list[np.ndarray], paced: bool,
+              own: Callable[[int, int], Slot], acc: Callable[[int, int], Slot]) -> None:
+    """Every chunk of ``root`` up its in-tree, reducing: as paced pipelines, or grouped by tree."""
+    if paced:
+        for parent, js in _pipelines(trees):
+            _paced_in(e, phase, root, parent, js, e.group(), own, acc)
+    else:
+        for parent, js in _groups(trees):
+            _emit_in(e, phase, root, parent, js, own, acc)
 
 
 def _groups(trees: list[np.ndarray]) -> list[tuple[np.ndarray, list[int]]]:
@@ -491,11 +535,13 @@ def _emit_in(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[in
 
 
 def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None, chunks: int | None = None,
-               passes: int = PASSES) -> Schedule:
+               passes: int = PASSES, pace: bool | None = None) -> Schedule:
     """A tree schedule for ``kind`` on ``topology`` (module docstring), named ``synth``.
 
     ``chunks``: chunks per root's piece (allgather and reducescatter: per rank, so C = chunks;
     allreduce: C = ranks·chunks; broadcast and reduce: C = chunks); default ``default_chunks``.
+    ``pace``: emit paced pipelines (``sim.bounds.pacing``) for allgather, reducescatter and allreduce; None
+    (the default) does so where the packing is not regular (``Packing.regular``: roots in several orbits).
     """
     try:
         kind = Kind(kind)
@@ -515,8 +561,17 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
         raise SynthesisError(f"chunks must be an integer >= 1, got {chunks!r}")
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         raise SynthesisError(f"passes must be an integer >= 1, got {passes!r}")
+    if pace is not None and not isinstance(pace, bool):
+        raise SynthesisError(f"pace must be True, False or None (automatic), got {pace!r}")
     e = _Emitter(n, ROOTED_LANES if kind in (Kind.BROADCAST, Kind.REDUCE) else LANES)
     rank_roots = range(n)
+
+    def paced(pk: Packing) -> bool:
+        """Paced pipelines (``sim.bounds.pacing``) where the roots' trees are not images of one another."""
+        on = not pk.regular if pace is None else pace
+        if on:
+            e.lanes = 1  # one lane per pipeline edge; no unpaced sends share this emitter
+        return on
     if kind is Kind.ALLGATHER:
         coll = Collective(kind, n, c)
         for r in rank_roots:
@@ -524,9 +579,8 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
         if n > 1:
             pk = pack(topology, rank_roots, c, inward=False, passes=passes)
             for r in rank_roots:
-                for parent, js in _groups(pk.trees[r]):
-                    _emit_out(e, 0, r, parent, js, lambda j: (Buf.INPUT, j),
-                              lambda j, r=r: (Buf.OUTPUT, r * c + j))  # type: ignore[misc]
+                _out_trees(e, 0, r, pk.trees[r], paced(pk), lambda j: (Buf.INPUT, j),
+                           lambda j, r=r: (Buf.OUTPUT, r * c + j))  # type: ignore[misc]
     elif kind is Kind.REDUCESCATTER:
         coll = Collective(kind, n, c)
         for r in rank_roots:
@@ -544,8 +598,7 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
                 def acc(v: int, j: int, r: int = r) -> Slot:
                     return (Buf.OUTPUT, j) if v == r else (Buf.SCRATCH, base[v] + r * c + j)
 
-                for parent, js in _groups(pk.trees[r]):
-                    _emit_in(e, 0, r, parent, js, own, acc)
+                _in_trees(e, 0, r, pk.trees[r], paced(pk), own, acc)
     elif kind is Kind.ALLREDUCE:
         coll = Collective(kind, n, n * c)
         if n > 1:
@@ -555,11 +608,10 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
                 def mine(v: int, j: int, r: int = r) -> Slot:
                     return (Buf.INPUT, r * c + j)
 
-                for parent, js in _groups(rs.trees[r]):
-                    _emit_in(e, 0, r, parent, js, mine, mine)
-                for parent, js in _groups(ag.trees[r]):
-                    _emit_out(e, 1, r, parent, js, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
-                              lambda j, r=r: (Buf.INPUT, r * c + j))  # type: ignore[misc]
+                both = paced(rs) or paced(ag)
+                _in_trees(e, 0, r, rs.trees[r], both, mine, mine)
+                _out_trees(e, 1, r, ag.trees[r], both, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
+                           lambda j, r=r: (Buf.INPUT, r * c + j))  # type: ignore[misc]
     elif kind is Kind.BROADCAST:
         assert root is not None
         coll = Collective(kind, n, c, root)
