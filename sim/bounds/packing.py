@@ -36,6 +36,9 @@ its cost is the sum over the physical links of its route.
    pipeline with ``LANES`` messages in flight per pair and root. Forwarding
    ranks need no lanes: chunks reach them one after the other. Steps are
    assigned by list scheduling, so the schedule is also correct in lockstep.
+   Where the packing is not regular (roots in several orbits), the trees are
+   sent as paced pipelines instead (``sim.bounds.pacing``: at most 32 chunks a
+   pipeline, one message in flight per pipeline edge, relays included).
 3. allreduce is the reducescatter trees followed by the allgather trees over
    the same pieces: chunk j is reduced to its root along an in-tree, then sent
    out along an out-tree; in dataflow the two phases overlap chunk by chunk.
