@@ -85,6 +85,14 @@ every root then behaves alike, which the simulator's link sharing rewards (``_au
 LANES = 8
 """Staged messages one rank pair may have in flight per root (allgather, reducescatter, allreduce):
 enough to hide a message's latency behind the next ones."""
+SELECT_MAX_RANKS = 32
+"""Up to this many ranks an irregular packing is emitted both ways and the faster one in simulation is kept
+(each simulation at 1 GiB takes about a second at 12 ranks); above it, the lanes (not paced)."""
+SELECT_MAX_TRANSFERS = 40_000
+"""Nor above this many transfers (random:7's allreduce, 12 ranks x 1536 chunks, would cost two simulations of
+a quarter of a million transfers each)."""
+SELECT_SIZE = float(2**30)
+"""The size both emissions are simulated at: large, where bandwidth, which the packing targets, decides."""
 ROOTED_LANES = 2
 """The same for broadcast and reduce, whose single root's chunks share every lane: more in flight
 there only splits the root's links further (ring:8 broadcast 95% of the bound with 2, 89% with 8)."""
@@ -543,8 +551,10 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
 
     ``chunks``: chunks per root's piece (allgather and reducescatter: per rank, so C = chunks;
     allreduce: C = ranks·chunks; broadcast and reduce: C = chunks); default ``default_chunks``.
-    ``pace``: emit paced pipelines (``sim.bounds.pacing``) for allgather, reducescatter and allreduce; None
-    (the default) does so where the packing is not regular (``Packing.regular``: roots in several orbits).
+    ``pace``: emit paced pipelines (``sim.bounds.pacing``) for allgather, reducescatter and allreduce, or not;
+    None (the default): where a packing is not regular (``Packing.regular``: roots in several orbits) on up to
+    ``SELECT_MAX_RANKS`` ranks and ``SELECT_MAX_TRANSFERS`` transfers, both emissions are simulated at
+    ``SELECT_SIZE`` and the faster is kept; elsewhere the lanes (not paced).
     """
     try:
         kind = Kind(kind)
@@ -566,70 +576,94 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
         raise SynthesisError(f"passes must be an integer >= 1, got {passes!r}")
     if pace is not None and not isinstance(pace, bool):
         raise SynthesisError(f"pace must be True, False or None (automatic), got {pace!r}")
-    e = _Emitter(n, ROOTED_LANES if kind in (Kind.BROADCAST, Kind.REDUCE) else LANES)
-    rank_roots = range(n)
+    cache: dict[tuple[tuple[int, ...], bool], Packing] = {}
 
-    def paced(pk: Packing) -> bool:
-        """Paced pipelines (``sim.bounds.pacing``) where the roots' trees are not images of one another."""
-        on = not pk.regular if pace is None else pace
-        if on:
-            e.lanes = 1  # one lane per pipeline edge; no unpaced sends share this emitter
-        return on
-    if kind is Kind.ALLGATHER:
-        coll = Collective(kind, n, c)
-        for r in rank_roots:
-            e.local(0, r, (Buf.INPUT, 0), (Buf.OUTPUT, r * c), c)
-        if n > 1:
-            pk = pack(topology, rank_roots, c, inward=False, passes=passes)
+    def packed(roots: Sequence[int], inward: bool) -> Packing:
+        key = (tuple(roots), inward)
+        if key not in cache:
+            cache[key] = pack(topology, roots, c, inward=inward, passes=passes)
+        return cache[key]
+
+    def emit(mode: bool) -> tuple[Schedule, bool]:
+        """The schedule, paced (``mode``) or not, and whether a packing it used was irregular."""
+        irregular = [False]
+        e = _Emitter(n, ROOTED_LANES if kind in (Kind.BROADCAST, Kind.REDUCE) else LANES)
+        rank_roots = range(n)
+
+        def paced(pk: Packing) -> bool:
+            if not pk.regular:
+                irregular[0] = True
+            if mode:
+                e.lanes = 1  # one lane per pipeline edge; no unpaced sends share this emitter
+            return mode
+        if kind is Kind.ALLGATHER:
+            coll = Collective(kind, n, c)
             for r in rank_roots:
-                _out_trees(e, 0, r, pk.trees[r], paced(pk), lambda j: (Buf.INPUT, j),
-                           lambda j, r=r: (Buf.OUTPUT, r * c + j))  # type: ignore[misc]
-    elif kind is Kind.REDUCESCATTER:
-        coll = Collective(kind, n, c)
-        for r in rank_roots:
-            e.local(0, r, (Buf.INPUT, r * c), (Buf.OUTPUT, 0), c)
-        if n > 1:
-            pk = pack(topology, rank_roots, c, inward=True, passes=passes)
-            # Inner ranks sum in scratch: N·C slots each, filled with their own input first.
-            base = [e.reserve(v, n * c) for v in range(n)]
-            for v in range(n):
-                e.local(0, v, (Buf.INPUT, 0), (Buf.SCRATCH, base[v]), n * c)
+                e.local(0, r, (Buf.INPUT, 0), (Buf.OUTPUT, r * c), c)
+            if n > 1:
+                pk = packed(rank_roots, False)
+                for r in rank_roots:
+                    _out_trees(e, 0, r, pk.trees[r], paced(pk), lambda j: (Buf.INPUT, j),
+                               lambda j, r=r: (Buf.OUTPUT, r * c + j))  # type: ignore[misc]
+        elif kind is Kind.REDUCESCATTER:
+            coll = Collective(kind, n, c)
             for r in rank_roots:
-                def own(v: int, j: int, r: int = r) -> Slot:
-                    return (Buf.INPUT, r * c + j)
+                e.local(0, r, (Buf.INPUT, r * c), (Buf.OUTPUT, 0), c)
+            if n > 1:
+                pk = packed(rank_roots, True)
+                # Inner ranks sum in scratch: N·C slots each, filled with their own input first.
+                base = [e.reserve(v, n * c) for v in range(n)]
+                for v in range(n):
+                    e.local(0, v, (Buf.INPUT, 0), (Buf.SCRATCH, base[v]), n * c)
+                for r in rank_roots:
+                    def own(v: int, j: int, r: int = r) -> Slot:
+                        return (Buf.INPUT, r * c + j)
 
-                def acc(v: int, j: int, r: int = r) -> Slot:
-                    return (Buf.OUTPUT, j) if v == r else (Buf.SCRATCH, base[v] + r * c + j)
+                    def acc(v: int, j: int, r: int = r) -> Slot:
+                        return (Buf.OUTPUT, j) if v == r else (Buf.SCRATCH, base[v] + r * c + j)
 
-                _in_trees(e, 0, r, pk.trees[r], paced(pk), own, acc)
-    elif kind is Kind.ALLREDUCE:
-        coll = Collective(kind, n, n * c)
-        if n > 1:
-            rs = pack(topology, rank_roots, c, inward=True, passes=passes)
-            ag = pack(topology, rank_roots, c, inward=False, passes=passes)
-            for r in rank_roots:
-                def mine(v: int, j: int, r: int = r) -> Slot:
-                    return (Buf.INPUT, r * c + j)
+                    _in_trees(e, 0, r, pk.trees[r], paced(pk), own, acc)
+        elif kind is Kind.ALLREDUCE:
+            coll = Collective(kind, n, n * c)
+            if n > 1:
+                rs = packed(rank_roots, True)
+                ag = packed(rank_roots, False)
+                for r in rank_roots:
+                    def mine(v: int, j: int, r: int = r) -> Slot:
+                        return (Buf.INPUT, r * c + j)
 
-                both = paced(rs) or paced(ag)
-                _in_trees(e, 0, r, rs.trees[r], both, mine, mine)
-                _out_trees(e, 1, r, ag.trees[r], both, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
-                           lambda j, r=r: (Buf.INPUT, r * c + j))  # type: ignore[misc]
-    elif kind is Kind.BROADCAST:
-        assert root is not None
-        coll = Collective(kind, n, c, root)
-        if n > 1:
-            pk = pack(topology, [root], c, inward=False, passes=passes)
-            for parent, js in _groups(pk.trees[root]):
-                _emit_out(e, 0, root, parent, js, lambda j: (Buf.INPUT, j), lambda j: (Buf.INPUT, j))
-    else:
-        assert root is not None
-        coll = Collective(kind, n, c, root)
-        if n > 1:
-            pk = pack(topology, [root], c, inward=True, passes=passes)
-            for parent, js in _groups(pk.trees[root]):
-                _emit_in(e, 0, root, parent, js, lambda v, j: (Buf.INPUT, j), lambda v, j: (Buf.INPUT, j))
-    return e.schedule(coll, "synth")
+                    both = paced(rs) or paced(ag)
+                    _in_trees(e, 0, r, rs.trees[r], both, mine, mine)
+                    _out_trees(e, 1, r, ag.trees[r], both, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
+                               lambda j, r=r: (Buf.INPUT, r * c + j))  # type: ignore[misc]
+        elif kind is Kind.BROADCAST:
+            assert root is not None
+            coll = Collective(kind, n, c, root)
+            if n > 1:
+                pk = packed([root], False)
+                for parent, js in _groups(pk.trees[root]):
+                    _emit_out(e, 0, root, parent, js, lambda j: (Buf.INPUT, j), lambda j: (Buf.INPUT, j))
+        else:
+            assert root is not None
+            coll = Collective(kind, n, c, root)
+            if n > 1:
+                pk = packed([root], True)
+                for parent, js in _groups(pk.trees[root]):
+                    _emit_in(e, 0, root, parent, js, lambda v, j: (Buf.INPUT, j), lambda v, j: (Buf.INPUT, j))
+        return e.schedule(coll, "synth"), irregular[0]
+
+    if pace is not None:
+        return emit(pace)[0]
+    plain, irregular = emit(False)
+    if not irregular or n > SELECT_MAX_RANKS or plain.num_transfers > SELECT_MAX_TRANSFERS:
+        return plain
+    # Roots that differ: keep whichever emission the simulator runs faster (docs/design.md, "Paced pipelines").
+    from sim.engine.reference import simulate
+
+    paced_schedule = emit(True)[0]
+    if simulate(paced_schedule, topology, SELECT_SIZE).time < simulate(plain, topology, SELECT_SIZE).time:
+        return paced_schedule
+    return plain
 
 
 def predicted_time(pk: Packing, chunk_bytes: float) -> float:
