@@ -61,6 +61,7 @@ import numpy as np
 
 from algorithms.errors import CollschedError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
+from sim.bounds.pacing import PIPELINE
 from sim.bounds.pacing import emit_in as _paced_in
 from sim.bounds.pacing import emit_out as _paced_out
 from sim.bounds.pacing import pipelines as _pipelines
@@ -404,6 +405,7 @@ class _Emitter:
         self.ready: dict[tuple[int, Buf, int], int] = {}
         self.lane: dict[tuple[int, int, int, int], int] = {}
         self.groups = ranks  # lane groups handed out by ``group``, after the roots' own (0 .. ranks-1)
+        self.pair_lanes: dict[tuple[int, int], int] = {}  # lanes for the sends u -> v where not ``lanes``
 
     def group(self) -> int:
         """A fresh lane group: its sends share no lane with any other group's."""
@@ -445,7 +447,7 @@ class _Emitter:
                 ready[dk] = max(ready.get(dk, -1), at)
                 continue
             which = turn.get((u, v, staged), 0)
-            turn[(u, v, staged)] = (which + 1) % self.lanes
+            turn[(u, v, staged)] = (which + 1) % self.pair_lanes.get((u, v), self.lanes)
             key = (u, v, staged, which)
             lane = lanes.get(key)
             if lane is None:
@@ -460,22 +462,42 @@ class _Emitter:
                         scratch_chunks=max(self.scratch, default=0))
 
 
-def _out_trees(e: _Emitter, phase: int, root: int, trees: list[np.ndarray], paced: bool,
+DEEP = 3
+"""The last candidate for an irregular packing (when ``chunks`` is not given): this many times the chunks, in
+pipelines this many times longer (two-level 2x3 cluster reducescatter 92.8% -> 95.5%, random 7-GPU graph
+reducescatter 97.1% -> 98.4%; the two-level allgather 97.1% -> 91.3%, where another candidate wins)."""
+FAR_LANES = 2
+"""Lanes per pipeline edge between far pairs (``_far_pairs``) in the third candidate for in-trees: a second
+message in flight hides the route's latency (two-level 2x3 cluster, reducescatter: 89.9% with one, 92.8% with
+two on the 10 us NIC hops; allgather loses with it, 97.1% -> 96.1%, so out-trees are not offered it)."""
+
+
+def _far_pairs(topology: Topology) -> dict[tuple[int, int], int]:
+    """``FAR_LANES`` for every pair of ranks whose route's latency is above the smallest over all pairs."""
+    n = topology.ranks
+    routes = topology.route_links_many([(u, v) for u in range(n) for v in range(n) if u != v])
+    if not routes:
+        return {}
+    least = min(lat for _, lat in routes.values())
+    return {pair: FAR_LANES for pair, (_, lat) in routes.items() if lat > least}
+
+
+def _out_trees(e: _Emitter, phase: int, root: int, trees: list[np.ndarray], paced: bool, pipe: int,
                src: Callable[[int], Slot], dst: Callable[[int], Slot]) -> None:
     """Every chunk of ``root`` down its out-tree: as paced pipelines, or grouped by tree through the root's lanes."""
     if paced:
-        for parent, js in _pipelines(trees):
+        for parent, js in _pipelines(trees, pipe):
             _paced_out(e, phase, root, parent, js, e.group(), src, dst)
     else:
         for parent, js in _groups(trees):
             _emit_out(e, phase, root, parent, js, src, dst)
 
 
-def _in_trees(e: _Emitter, phase: int, root: int, trees: list[np.ndarray], paced: bool,
+def _in_trees(e: _Emitter, phase: int, root: int, trees: list[np.ndarray], paced: bool, pipe: int,
               own: Callable[[int, int], Slot], acc: Callable[[int, int], Slot]) -> None:
     """Every chunk of ``root`` up its in-tree, reducing: as paced pipelines, or grouped by tree."""
     if paced:
-        for parent, js in _pipelines(trees):
+        for parent, js in _pipelines(trees, pipe):
             _paced_in(e, phase, root, parent, js, e.group(), own, acc)
     else:
         for parent, js in _groups(trees):
@@ -554,7 +576,10 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
     ``pace``: emit paced pipelines (``sim.bounds.pacing``) for allgather, reducescatter and allreduce, or not;
     None (the default): where a packing is not regular (``Packing.regular``: roots in several orbits) on up to
     ``SELECT_MAX_RANKS`` ranks and ``SELECT_MAX_TRANSFERS`` transfers, both emissions are simulated at
-    ``SELECT_SIZE`` and the faster is kept; elsewhere the lanes (not paced).
+    ``SELECT_SIZE`` and the faster is kept; elsewhere the lanes (not paced). The candidates: the lanes; paced
+    pipelines; for in-trees, paced with ``FAR_LANES`` between far pairs (``_far_pairs``); and, when ``chunks`` is
+    not given, paced with ``DEEP`` times the chunks in pipelines ``DEEP`` times longer (its collective then has
+    that many chunks).
     """
     try:
         kind = Kind(kind)
@@ -576,16 +601,18 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
         raise SynthesisError(f"passes must be an integer >= 1, got {passes!r}")
     if pace is not None and not isinstance(pace, bool):
         raise SynthesisError(f"pace must be True, False or None (automatic), got {pace!r}")
-    cache: dict[tuple[tuple[int, ...], bool], Packing] = {}
+    cache: dict[tuple[tuple[int, ...], bool, int], Packing] = {}
 
-    def packed(roots: Sequence[int], inward: bool) -> Packing:
-        key = (tuple(roots), inward)
+    def packed(roots: Sequence[int], inward: bool, k: int) -> Packing:
+        key = (tuple(roots), inward, k)
         if key not in cache:
-            cache[key] = pack(topology, roots, c, inward=inward, passes=passes)
+            cache[key] = pack(topology, roots, k, inward=inward, passes=passes)
         return cache[key]
 
-    def emit(mode: bool) -> tuple[Schedule, bool]:
-        """The schedule, paced (``mode``) or not, and whether a packing it used was irregular."""
+    def emit(mode: bool, far: dict[tuple[int, int], int] | None = None, c: int = c,
+             pipe: int = PIPELINE) -> tuple[Schedule, bool]:
+        """The schedule, paced (``mode``) or not, and whether a packing it used was irregular; ``far``: lanes
+        for the sends between those pairs (paced only); ``c`` chunks a piece, ``pipe`` chunks a pipeline."""
         irregular = [False]
         e = _Emitter(n, ROOTED_LANES if kind in (Kind.BROADCAST, Kind.REDUCE) else LANES)
         rank_roots = range(n)
@@ -595,22 +622,23 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
                 irregular[0] = True
             if mode:
                 e.lanes = 1  # one lane per pipeline edge; no unpaced sends share this emitter
+                e.pair_lanes = far or {}
             return mode
         if kind is Kind.ALLGATHER:
             coll = Collective(kind, n, c)
             for r in rank_roots:
                 e.local(0, r, (Buf.INPUT, 0), (Buf.OUTPUT, r * c), c)
             if n > 1:
-                pk = packed(rank_roots, False)
+                pk = packed(rank_roots, False, c)
                 for r in rank_roots:
-                    _out_trees(e, 0, r, pk.trees[r], paced(pk), lambda j: (Buf.INPUT, j),
+                    _out_trees(e, 0, r, pk.trees[r], paced(pk), pipe, lambda j: (Buf.INPUT, j),
                                lambda j, r=r: (Buf.OUTPUT, r * c + j))  # type: ignore[misc]
         elif kind is Kind.REDUCESCATTER:
             coll = Collective(kind, n, c)
             for r in rank_roots:
                 e.local(0, r, (Buf.INPUT, r * c), (Buf.OUTPUT, 0), c)
             if n > 1:
-                pk = packed(rank_roots, True)
+                pk = packed(rank_roots, True, c)
                 # Inner ranks sum in scratch: N·C slots each, filled with their own input first.
                 base = [e.reserve(v, n * c) for v in range(n)]
                 for v in range(n):
@@ -622,32 +650,32 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
                     def acc(v: int, j: int, r: int = r) -> Slot:
                         return (Buf.OUTPUT, j) if v == r else (Buf.SCRATCH, base[v] + r * c + j)
 
-                    _in_trees(e, 0, r, pk.trees[r], paced(pk), own, acc)
+                    _in_trees(e, 0, r, pk.trees[r], paced(pk), pipe, own, acc)
         elif kind is Kind.ALLREDUCE:
             coll = Collective(kind, n, n * c)
             if n > 1:
-                rs = packed(rank_roots, True)
-                ag = packed(rank_roots, False)
+                rs = packed(rank_roots, True, c)
+                ag = packed(rank_roots, False, c)
                 for r in rank_roots:
                     def mine(v: int, j: int, r: int = r) -> Slot:
                         return (Buf.INPUT, r * c + j)
 
                     both = paced(rs) or paced(ag)
-                    _in_trees(e, 0, r, rs.trees[r], both, mine, mine)
-                    _out_trees(e, 1, r, ag.trees[r], both, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
+                    _in_trees(e, 0, r, rs.trees[r], both, pipe, mine, mine)
+                    _out_trees(e, 1, r, ag.trees[r], both, pipe, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
                                lambda j, r=r: (Buf.INPUT, r * c + j))  # type: ignore[misc]
         elif kind is Kind.BROADCAST:
             assert root is not None
             coll = Collective(kind, n, c, root)
             if n > 1:
-                pk = packed([root], False)
+                pk = packed([root], False, c)
                 for parent, js in _groups(pk.trees[root]):
                     _emit_out(e, 0, root, parent, js, lambda j: (Buf.INPUT, j), lambda j: (Buf.INPUT, j))
         else:
             assert root is not None
             coll = Collective(kind, n, c, root)
             if n > 1:
-                pk = packed([root], True)
+                pk = packed([root], True, c)
                 for parent, js in _groups(pk.trees[root]):
                     _emit_in(e, 0, root, parent, js, lambda v, j: (Buf.INPUT, j), lambda v, j: (Buf.INPUT, j))
         return e.schedule(coll, "synth"), irregular[0]
@@ -660,10 +688,16 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
     # Roots that differ: keep whichever emission the simulator runs faster (docs/design.md, "Paced pipelines").
     from sim.engine.reference import simulate
 
-    paced_schedule = emit(True)[0]
-    if simulate(paced_schedule, topology, SELECT_SIZE).time < simulate(plain, topology, SELECT_SIZE).time:
-        return paced_schedule
-    return plain
+    inward = kind in (Kind.REDUCESCATTER, Kind.ALLREDUCE)
+    far = _far_pairs(topology) if inward else None
+    candidates = [plain, emit(True)[0]]
+    if inward:
+        candidates.append(emit(True, far)[0])
+    if chunks is None and plain.num_transfers * DEEP <= SELECT_MAX_TRANSFERS:
+        # Deeper pipelines: fill and drain cost less of the run (random 7-GPU graph allgather 98.5% -> 99.3%).
+        candidates.append(emit(True, far, DEEP * c, DEEP * PIPELINE)[0])
+    times = [simulate(x, topology, SELECT_SIZE).time for x in candidates]
+    return candidates[times.index(min(times))]
 
 
 def predicted_time(pk: Packing, chunk_bytes: float) -> float:
