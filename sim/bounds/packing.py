@@ -36,9 +36,10 @@ its cost is the sum over the physical links of its route.
    pipeline with ``LANES`` messages in flight per pair and root. Forwarding
    ranks need no lanes: chunks reach them one after the other. Steps are
    assigned by list scheduling, so the schedule is also correct in lockstep.
-   Where the packing is not regular (roots in several orbits), the trees are
-   sent as paced pipelines instead (``sim.bounds.pacing``: at most 32 chunks a
-   pipeline, one message in flight per pipeline edge, relays included).
+   Where the symmetric packing has several orbits, the trees may be sent as
+   paced pipelines instead (``sim.bounds.pacing``: at most 32 chunks a
+   pipeline, one message in flight per pipeline edge, relays included), when
+   the simulator runs them faster (``synthesize``'s ``pace``).
 3. allreduce is the reducescatter trees followed by the allgather trees over
    the same pieces: chunk j is reduced to its root along an in-tree, then sent
    out along an out-tree; in dataflow the two phases overlap chunk by chunk.
@@ -574,7 +575,8 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
     ``chunks``: chunks per root's piece (allgather and reducescatter: per rank, so C = chunks;
     allreduce: C = ranks·chunks; broadcast and reduce: C = chunks); default ``default_chunks``.
     ``pace``: emit paced pipelines (``sim.bounds.pacing``) for allgather, reducescatter and allreduce, or not;
-    None (the default): where a packing is not regular (``Packing.regular``: roots in several orbits) on up to
+    None (the default): where a packing is symmetric with several orbits (``Packing.orbits``; the greedy packing's
+    trees differ chunk to chunk, so its pipelines would be a few chunks long, and it keeps the lanes) on up to
     ``SELECT_MAX_RANKS`` ranks and ``SELECT_MAX_TRANSFERS`` transfers, both emissions are simulated at
     ``SELECT_SIZE`` and the faster is kept; elsewhere the lanes (not paced). The candidates: the lanes; paced
     pipelines; for in-trees, paced with ``FAR_LANES`` between far pairs (``_far_pairs``); and, when ``chunks`` is
@@ -611,14 +613,14 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
 
     def emit(mode: bool, far: dict[tuple[int, int], int] | None = None, c: int = c,
              pipe: int = PIPELINE) -> tuple[Schedule, bool]:
-        """The schedule, paced (``mode``) or not, and whether a packing it used was irregular; ``far``: lanes
+        """The schedule, paced (``mode``) or not, and whether a packing it used has several orbits; ``far``: lanes
         for the sends between those pairs (paced only); ``c`` chunks a piece, ``pipe`` chunks a pipeline."""
         irregular = [False]
         e = _Emitter(n, ROOTED_LANES if kind in (Kind.BROADCAST, Kind.REDUCE) else LANES)
         rank_roots = range(n)
 
         def paced(pk: Packing) -> bool:
-            if not pk.regular:
+            if pk.method == "symmetric" and not pk.regular:
                 irregular[0] = True
             if mode:
                 e.lanes = 1  # one lane per pipeline edge; no unpaced sends share this emitter
