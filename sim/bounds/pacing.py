@@ -32,8 +32,9 @@ from algorithms.ir import Buf, Op
 __all__ = ["PIPELINE", "emit_in", "emit_out", "pipelines"]
 
 PIPELINE = 32
-"""Chunks per pipeline at most: measured on the two-level 2x3 cluster and the random 7-GPU graph with 128
-chunks per root, 32 gave 97.1/97.1% (allgather) where 16 gave 94.7/98.6% and 64 86.9/99.1%."""
+"""Chunks per pipeline at most: allgather on the two-level 2x3 cluster / the random 7-GPU graph
+(``benchmarks/heldout``), 97.1% / 98.5% of the bound with 128 chunks a root in pipelines of 32, 93.6% / 99.2%
+with 256 in pipelines of 64 (``packing.synthesize`` also tries 3x the chunks in pipelines 3x longer)."""
 
 Slot = tuple[Buf, int]
 
