@@ -65,8 +65,8 @@ crossover) replaces the dual simplex: measured on 2 loaded cores, torus:8x8 (16 
 35 s, torus:16x16 82 s against over 300 s; with switches the simplex stays faster (cluster:8x8 0.4 s against
 0.6 s, cluster:32x8 12 s against 20 s)."""
 SYMMETRIC_VARIABLES = 2_000
-"""Above this many flow variables on a topology without switches, a symmetry group of the topology that
-leaves the matrix invariant reduces the LP to one commodity (``sim.bounds.lp_symmetry``; torus:16x16's
+"""Above this many flow variables, a symmetry group of the topology that leaves the matrix invariant reduces
+the LP to one commodity (``sim.bounds.lp_symmetry``; torus:16x16's
 uniform all-to-all: 1 k variables instead of 262 k, was 82 s with the interior point)."""
 DUAL_TOLERANCE = 1e-9
 """A capacity row whose share of the bound is below this is not reported as a bottleneck."""
@@ -210,7 +210,7 @@ def bound_alltoall(topology: Topology, matrix: object) -> AllToAllBound:
                            shape=(nn, ne)).tocsr()
     load = coo_matrix((np.ones(ne), (cols, cols)), shape=(ne, ne)).tocsr()
     sources = np.flatnonzero(t.sum(axis=1) > 0)
-    perms = regular_group(net, t) if nn == p and len(sources) * ne > SYMMETRIC_VARIABLES else None
+    perms = regular_group(net, t) if len(sources) * ne > SYMMETRIC_VARIABLES else None
     if perms is not None:
         # One commodity: source 0's flow, every other source's its image (sim.bounds.lp_symmetry, exact).
         orbit = link_orbits(net, perms)

@@ -19,9 +19,10 @@ optimum symmetrises into one). The duals split evenly over each orbit are a dual
 The candidate maps are the builder family's translations (``sim.bounds.packing._automorphisms``: rotations of
 rings, translations of 2-d tori), used only after checking here that they are automorphisms of the routed part
 (link for link, with their bandwidths), form a group (closed under composition) and leave the matrix invariant;
-a file that borrows a name without the structure gets the full LP. The maps that ``sim.bounds.symmetry`` finds
-from the graph alone are not searched for here: they need not form a group (on torus:4x4 they do not), and the
-search costs more than the LP saves below 160 nodes. Topologies with switches keep the full LP.
+a file that borrows a name without the structure gets the full LP. A switch goes where its ranks go (the one
+switch joined to exactly their images; where two switches are joined to the same ranks, or one to none, the full
+LP). The maps that ``sim.bounds.symmetry`` finds from the graph alone are not searched for here: they need not
+form a group (on torus:4x4 they do not), and the search costs more than the LP saves below 160 nodes.
 
 This module does not import torch.
 """
@@ -31,17 +32,27 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse import coo_matrix, csr_matrix
 
-from sim.topology import Topology
+from sim.topology import Node, Topology
 
 __all__ = ["link_orbits", "regular_group", "symmetric_rows"]
 
 
+def _node_index(topology: Topology) -> dict[Node, int]:
+    """Ranks by number, then switches in the graph's order (the LP's numbering, ``sim.bounds.lp``)."""
+    p = topology.ranks
+    index: dict[Node, int] = {r: r for r in range(p)}
+    index.update({w: p + k for k, w in enumerate(x for x in topology.graph.nodes if not isinstance(x, int))})
+    return index
+
+
 def regular_group(topology: Topology, matrix: np.ndarray) -> np.ndarray | None:
-    """A p x p array whose row s is an automorphism π_s of ``topology`` (a routed part without switches) with
-    π_s(0) = s, the rows forming a group that leaves ``matrix`` invariant; None when there is none found."""
+    """An array whose row s maps every node (``_node_index`` order: ranks, then switches) by an automorphism π_s
+    of ``topology`` (a routed part) with π_s(0) = s, the rows forming a group that leaves ``matrix`` invariant;
+    None when there is none found. A switch goes where its ranks go: it must be the only switch joined to
+    exactly those ranks (out and in), else None."""
     p = topology.ranks
     g = topology.graph
-    if p < 2 or g.number_of_nodes() != p:
+    if p < 2:
         return None
     from sim.bounds.packing import _automorphisms
 
@@ -56,28 +67,50 @@ def regular_group(topology: Topology, matrix: np.ndarray) -> np.ndarray | None:
     for a in range(p):
         if not np.array_equal(perms[a][perms], perms[perms[a]]):
             return None
+    index = _node_index(topology)
+    switches = [w for w in g.nodes if not isinstance(w, int)]
+
+    def joined(w: Node, pm: np.ndarray) -> tuple[frozenset[int], frozenset[int]]:
+        return (frozenset(int(pm[x]) for x in g.successors(w) if isinstance(x, int)),
+                frozenset(int(pm[x]) for x in g.predecessors(w) if isinstance(x, int)))
+
+    ident = np.arange(p)
+    by_ranks = {joined(w, ident): w for w in switches}
+    if len(by_ranks) < len(switches) or any(not (a or b) for a, b in by_ranks):
+        return None
+    maps = np.empty((p, len(index)), dtype=np.int64)
     links = list(g.edges(data=True))
-    for pm in perms:
+    for s, pm in enumerate(perms):
+        maps[s, :p] = pm
+        for w in switches:
+            image = by_ranks.get(joined(w, pm))
+            if image is None:
+                return None
+            maps[s, index[w]] = index[image]
+        node = {i: x for x, i in index.items()}
         for u, v, attrs in links:
-            other = g.get_edge_data(int(pm[u]), int(pm[v]))
+            other = g.get_edge_data(node[int(maps[s, index[u]])], node[int(maps[s, index[v]])])
             if other is None or other["bandwidth"] != attrs["bandwidth"]:
                 return None
         if not np.array_equal(matrix[np.ix_(pm, pm)], matrix):
             return None
-    return perms
+    return maps
 
 
-def link_orbits(topology: Topology, perms: np.ndarray) -> np.ndarray:
-    """For every link (``topology.links`` order) the index of its orbit under ``perms``, orbits numbered
-    from 0 in order of their first link."""
+def link_orbits(topology: Topology, maps: np.ndarray) -> np.ndarray:
+    """For every link (``topology.links`` order) the index of its orbit under ``maps`` (``regular_group``'s rows),
+    orbits numbered from 0 in order of their first link."""
+    index = _node_index(topology)
+    node = {i: x for x, i in index.items()}
     links = topology.links
-    index = {link: k for k, link in enumerate(links)}
+    position = {link: k for k, link in enumerate(links)}
     orbit = np.full(len(links), -1, dtype=np.int64)
     count = 0
     for k, (u, v) in enumerate(links):
         if orbit[k] >= 0:
             continue
-        images = {index[(int(pm[u]), int(pm[v]))] for pm in perms}
+        images = {position[(node[int(a)], node[int(b)])] for a, b in zip(maps[:, index[u]], maps[:, index[v]],
+                                                                           strict=True)}
         orbit[list(images)] = count
         count += 1
     return orbit

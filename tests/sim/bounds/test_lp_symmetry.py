@@ -74,3 +74,15 @@ def test_a_skewed_matrix_is_not_invariant(monkeypatch: pytest.MonkeyPatch) -> No
     assert regular_group(t, m) is None
     reduced, full = both(t, m, monkeypatch)
     assert reduced.throughput_s == pytest.approx(full.throughput_s, rel=1e-9)
+
+
+def test_a_cluster_with_switches_reduced_equals_the_full_lp(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Node switches go where their GPUs go, the network switch stays: one commodity, the same optimum.
+    t = from_spec("cluster:4x4")
+    m = lp.uniform_matrix(16, M)
+    maps = regular_group(t, m)
+    assert maps is not None and maps.shape == (16, 16 + 5)
+    reduced, full = both(t, m, monkeypatch)
+    assert reduced.variables < full.variables / 10
+    assert reduced.throughput_s == pytest.approx(full.throughput_s, rel=1e-7)
+    assert sum(b.share for b in reduced.bottlenecks) == pytest.approx(1.0, rel=1e-6)
