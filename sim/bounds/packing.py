@@ -36,6 +36,10 @@ its cost is the sum over the physical links of its route.
    pipeline with ``LANES`` messages in flight per pair and root. Forwarding
    ranks need no lanes: chunks reach them one after the other. Steps are
    assigned by list scheduling, so the schedule is also correct in lockstep.
+   Where the symmetric packing has several orbits, the trees may be sent as
+   paced pipelines instead (``sim.bounds.pacing``: at most 32 chunks a
+   pipeline, one message in flight per pipeline edge, relays included), when
+   the simulator runs them faster (``synthesize``'s ``pace``).
 3. allreduce is the reducescatter trees followed by the allgather trees over
    the same pieces: chunk j is reduced to its root along an in-tree, then sent
    out along an out-tree; in dataflow the two phases overlap chunk by chunk.
@@ -58,6 +62,10 @@ import numpy as np
 
 from algorithms.errors import CollschedError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
+from sim.bounds.pacing import PIPELINE
+from sim.bounds.pacing import emit_in as _paced_in
+from sim.bounds.pacing import emit_out as _paced_out
+from sim.bounds.pacing import pipelines as _pipelines
 from sim.topology import Node, Topology
 from sim.topology.routing import ROUTINGS, neighbour_routes, routed, widest_routes  # their home; kept importable here
 
@@ -79,6 +87,14 @@ every root then behaves alike, which the simulator's link sharing rewards (``_au
 LANES = 8
 """Staged messages one rank pair may have in flight per root (allgather, reducescatter, allreduce):
 enough to hide a message's latency behind the next ones."""
+SELECT_MAX_RANKS = 32
+"""Up to this many ranks an irregular packing is emitted both ways and the faster one in simulation is kept
+(each simulation at 1 GiB takes about a second at 12 ranks); above it, the lanes (not paced)."""
+SELECT_MAX_TRANSFERS = 40_000
+"""Nor above this many transfers (random:7's allreduce, 12 ranks x 1536 chunks, would cost two simulations of
+a quarter of a million transfers each)."""
+SELECT_SIZE = float(2**30)
+"""The size both emissions are simulated at: large, where bandwidth, which the packing targets, decides."""
 ROOTED_LANES = 2
 """The same for broadcast and reduce, whose single root's chunks share every lane: more in flight
 there only splits the root's links further (ring:8 broadcast 95% of the bound with 2, 89% with 8)."""
@@ -160,6 +176,15 @@ class Packing:
     inward: bool
     trees: dict[int, list[np.ndarray]]
     time_per_byte: float
+    method: str = "greedy"
+    """Which packing it is: ``greedy``, ``star``, ``symmetric`` or ``chain`` (one root)."""
+    orbits: int = 1
+    """Classes of roots whose trees are images of each other's (greedy: every root its own; star: one)."""
+
+    @property
+    def regular(self) -> bool:
+        """Every root's trees the image of one root's: the simulator's link sharing treats all roots alike."""
+        return self.orbits <= 1
 
 
 def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool, passes: int = PASSES,
@@ -185,9 +210,11 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
     star = {r: np.full(n, r, dtype=np.int64) for r in roots}
     direct = sum((tree_load(star[r], r) for r in roots), np.zeros(routes.nl)) * chunks
     sym: dict[int, list[np.ndarray]] | None = None
+    classes = 1
     perms = _symmetries(topology, roots) if len(roots) > 1 and n <= SYMMETRIC_MAX_RANKS else None
     if perms is not None:
         sym, predicted = _pack_symmetric(routes, perms, roots, chunks, inward, passes, kappa)
+        classes = len({base for base, _ in perms.values()})
     if len(roots) == n and n > 1:
         # Every rank a root: the cut bound is known, and a regular packing that comes within
         # REGULAR of it needs no greedy packing to compare with.
@@ -195,9 +222,10 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
 
         lowest = float(cut_ratio(topology, reverse=inward)[0]) * chunks  # seconds per chunk byte
         if float(direct.max()) <= lowest * (1 + REGULAR):
-            return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
+            return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()),
+                           "star")
         if sym is not None and predicted <= lowest * (1 + REGULAR):
-            return Packing(tuple(roots), chunks, inward, sym, predicted)
+            return Packing(tuple(roots), chunks, inward, sym, predicted, "symmetric", classes)
     for p in range(max(1, passes)):
         for j in range(chunks):
             for r in roots:
@@ -215,9 +243,10 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
     np.maximum(load, 0.0, out=load)
     greedy = float(load.max()) if load.size else 0.0
     if direct.size and float(direct.max()) <= greedy * (1 + REGULAR):
-        return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()))
+        return Packing(tuple(roots), chunks, inward, {r: [star[r]] * chunks for r in roots}, float(direct.max()),
+                       "star")
     if sym is not None and predicted <= greedy * (1 + REGULAR):
-        return Packing(tuple(roots), chunks, inward, sym, predicted)
+        return Packing(tuple(roots), chunks, inward, sym, predicted, "symmetric", classes)
     if len(roots) == 1 and n > 2:
         # One root: the chains through the ranks in order from it, one way, the other, or
         # alternating by chunk (a pipeline with one flow per link: optimal on a fat tree).
@@ -232,8 +261,8 @@ def pack(topology: Topology, roots: Sequence[int], chunks: int, *, inward: bool,
         for chain in options.values():
             total = sum((tree_load(t, r) for t in chain), np.zeros(routes.nl))
             if float(total.max()) <= greedy * (1 + REGULAR):
-                return Packing(tuple(roots), chunks, inward, {r: chain}, float(total.max()))
-    return Packing(tuple(roots), chunks, inward, trees, greedy)
+                return Packing(tuple(roots), chunks, inward, {r: chain}, float(total.max()), "chain")
+    return Packing(tuple(roots), chunks, inward, trees, greedy, "greedy", len(roots))
 
 
 def _map_tree(parent: np.ndarray, pm: np.ndarray) -> np.ndarray:
@@ -376,6 +405,13 @@ class _Emitter:
         self.sends: list[tuple[int, int, int, int, Slot, int, Slot, Op, int]] = []
         self.ready: dict[tuple[int, Buf, int], int] = {}
         self.lane: dict[tuple[int, int, int, int], int] = {}
+        self.groups = ranks  # lane groups handed out by ``group``, after the roots' own (0 .. ranks-1)
+        self.pair_lanes: dict[tuple[int, int], int] = {}  # lanes for the sends u -> v where not ``lanes``
+
+    def group(self) -> int:
+        """A fresh lane group: its sends share no lane with any other group's."""
+        self.groups += 1
+        return self.groups
 
     def reserve(self, rank: int, count: int = 1) -> int:
         """``count`` fresh scratch slots of ``rank``; the first one's index."""
@@ -412,7 +448,7 @@ class _Emitter:
                 ready[dk] = max(ready.get(dk, -1), at)
                 continue
             which = turn.get((u, v, staged), 0)
-            turn[(u, v, staged)] = (which + 1) % self.lanes
+            turn[(u, v, staged)] = (which + 1) % self.pair_lanes.get((u, v), self.lanes)
             key = (u, v, staged, which)
             lane = lanes.get(key)
             if lane is None:
@@ -425,6 +461,48 @@ class _Emitter:
             ready[dk] = max(ready.get(dk, -1), at)
         return Schedule(coll, name, tuple(Step(tuple(steps[s])) for s in sorted(steps)),
                         scratch_chunks=max(self.scratch, default=0))
+
+
+DEEP = 3
+"""The last candidate for an irregular packing (when ``chunks`` is not given): this many times the chunks, in
+pipelines this many times longer (two-level 2x3 cluster reducescatter 92.8% -> 95.5%, random 7-GPU graph
+reducescatter 97.1% -> 98.4%; the two-level allgather 97.1% -> 91.3%, where another candidate wins)."""
+FAR_LANES = 2
+"""Lanes per pipeline edge between far pairs (``_far_pairs``) in the third candidate for in-trees: a second
+message in flight hides the route's latency (two-level 2x3 cluster, reducescatter: 89.9% with one, 92.8% with
+two on the 10 us NIC hops; allgather loses with it, 97.1% -> 96.1%, so out-trees are not offered it)."""
+
+
+def _far_pairs(topology: Topology) -> dict[tuple[int, int], int]:
+    """``FAR_LANES`` for every pair of ranks whose route's latency is above the smallest over all pairs."""
+    n = topology.ranks
+    routes = topology.route_links_many([(u, v) for u in range(n) for v in range(n) if u != v])
+    if not routes:
+        return {}
+    least = min(lat for _, lat in routes.values())
+    return {pair: FAR_LANES for pair, (_, lat) in routes.items() if lat > least}
+
+
+def _out_trees(e: _Emitter, phase: int, root: int, trees: list[np.ndarray], paced: bool, pipe: int,
+               src: Callable[[int], Slot], dst: Callable[[int], Slot]) -> None:
+    """Every chunk of ``root`` down its out-tree: as paced pipelines, or grouped by tree through the root's lanes."""
+    if paced:
+        for parent, js in _pipelines(trees, pipe):
+            _paced_out(e, phase, root, parent, js, e.group(), src, dst)
+    else:
+        for parent, js in _groups(trees):
+            _emit_out(e, phase, root, parent, js, src, dst)
+
+
+def _in_trees(e: _Emitter, phase: int, root: int, trees: list[np.ndarray], paced: bool, pipe: int,
+              own: Callable[[int, int], Slot], acc: Callable[[int, int], Slot]) -> None:
+    """Every chunk of ``root`` up its in-tree, reducing: as paced pipelines, or grouped by tree."""
+    if paced:
+        for parent, js in _pipelines(trees, pipe):
+            _paced_in(e, phase, root, parent, js, e.group(), own, acc)
+    else:
+        for parent, js in _groups(trees):
+            _emit_in(e, phase, root, parent, js, own, acc)
 
 
 def _groups(trees: list[np.ndarray]) -> list[tuple[np.ndarray, list[int]]]:
@@ -491,11 +569,19 @@ def _emit_in(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[in
 
 
 def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None, chunks: int | None = None,
-               passes: int = PASSES) -> Schedule:
+               passes: int = PASSES, pace: bool | None = None) -> Schedule:
     """A tree schedule for ``kind`` on ``topology`` (module docstring), named ``synth``.
 
     ``chunks``: chunks per root's piece (allgather and reducescatter: per rank, so C = chunks;
     allreduce: C = ranks·chunks; broadcast and reduce: C = chunks); default ``default_chunks``.
+    ``pace``: emit paced pipelines (``sim.bounds.pacing``) for allgather, reducescatter and allreduce, or not;
+    None (the default): where a packing is symmetric with several orbits (``Packing.orbits``; the greedy packing's
+    trees differ chunk to chunk, so its pipelines would be a few chunks long, and it keeps the lanes) on up to
+    ``SELECT_MAX_RANKS`` ranks and ``SELECT_MAX_TRANSFERS`` transfers, both emissions are simulated at
+    ``SELECT_SIZE`` and the faster is kept; elsewhere the lanes (not paced). The candidates: the lanes; paced
+    pipelines; for in-trees, paced with ``FAR_LANES`` between far pairs (``_far_pairs``); and, when ``chunks`` is
+    not given, paced with ``DEEP`` times the chunks in pipelines ``DEEP`` times longer (its collective then has
+    that many chunks).
     """
     try:
         kind = Kind(kind)
@@ -515,66 +601,105 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
         raise SynthesisError(f"chunks must be an integer >= 1, got {chunks!r}")
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         raise SynthesisError(f"passes must be an integer >= 1, got {passes!r}")
-    e = _Emitter(n, ROOTED_LANES if kind in (Kind.BROADCAST, Kind.REDUCE) else LANES)
-    rank_roots = range(n)
-    if kind is Kind.ALLGATHER:
-        coll = Collective(kind, n, c)
-        for r in rank_roots:
-            e.local(0, r, (Buf.INPUT, 0), (Buf.OUTPUT, r * c), c)
-        if n > 1:
-            pk = pack(topology, rank_roots, c, inward=False, passes=passes)
-            for r in rank_roots:
-                for parent, js in _groups(pk.trees[r]):
-                    _emit_out(e, 0, r, parent, js, lambda j: (Buf.INPUT, j),
-                              lambda j, r=r: (Buf.OUTPUT, r * c + j))  # type: ignore[misc]
-    elif kind is Kind.REDUCESCATTER:
-        coll = Collective(kind, n, c)
-        for r in rank_roots:
-            e.local(0, r, (Buf.INPUT, r * c), (Buf.OUTPUT, 0), c)
-        if n > 1:
-            pk = pack(topology, rank_roots, c, inward=True, passes=passes)
-            # Inner ranks sum in scratch: N·C slots each, filled with their own input first.
-            base = [e.reserve(v, n * c) for v in range(n)]
-            for v in range(n):
-                e.local(0, v, (Buf.INPUT, 0), (Buf.SCRATCH, base[v]), n * c)
-            for r in rank_roots:
-                def own(v: int, j: int, r: int = r) -> Slot:
-                    return (Buf.INPUT, r * c + j)
+    if pace is not None and not isinstance(pace, bool):
+        raise SynthesisError(f"pace must be True, False or None (automatic), got {pace!r}")
+    cache: dict[tuple[tuple[int, ...], bool, int], Packing] = {}
 
-                def acc(v: int, j: int, r: int = r) -> Slot:
-                    return (Buf.OUTPUT, j) if v == r else (Buf.SCRATCH, base[v] + r * c + j)
+    def packed(roots: Sequence[int], inward: bool, k: int) -> Packing:
+        key = (tuple(roots), inward, k)
+        if key not in cache:
+            cache[key] = pack(topology, roots, k, inward=inward, passes=passes)
+        return cache[key]
 
-                for parent, js in _groups(pk.trees[r]):
-                    _emit_in(e, 0, r, parent, js, own, acc)
-    elif kind is Kind.ALLREDUCE:
-        coll = Collective(kind, n, n * c)
-        if n > 1:
-            rs = pack(topology, rank_roots, c, inward=True, passes=passes)
-            ag = pack(topology, rank_roots, c, inward=False, passes=passes)
+    def emit(mode: bool, far: dict[tuple[int, int], int] | None = None, c: int = c,
+             pipe: int = PIPELINE) -> tuple[Schedule, bool]:
+        """The schedule, paced (``mode``) or not, and whether a packing it used has several orbits; ``far``: lanes
+        for the sends between those pairs (paced only); ``c`` chunks a piece, ``pipe`` chunks a pipeline."""
+        irregular = [False]
+        e = _Emitter(n, ROOTED_LANES if kind in (Kind.BROADCAST, Kind.REDUCE) else LANES)
+        rank_roots = range(n)
+
+        def paced(pk: Packing) -> bool:
+            if pk.method == "symmetric" and not pk.regular:
+                irregular[0] = True
+            if mode:
+                e.lanes = 1  # one lane per pipeline edge; no unpaced sends share this emitter
+                e.pair_lanes = far or {}
+            return mode
+        if kind is Kind.ALLGATHER:
+            coll = Collective(kind, n, c)
             for r in rank_roots:
-                def mine(v: int, j: int, r: int = r) -> Slot:
-                    return (Buf.INPUT, r * c + j)
+                e.local(0, r, (Buf.INPUT, 0), (Buf.OUTPUT, r * c), c)
+            if n > 1:
+                pk = packed(rank_roots, False, c)
+                for r in rank_roots:
+                    _out_trees(e, 0, r, pk.trees[r], paced(pk), pipe, lambda j: (Buf.INPUT, j),
+                               lambda j, r=r: (Buf.OUTPUT, r * c + j))  # type: ignore[misc]
+        elif kind is Kind.REDUCESCATTER:
+            coll = Collective(kind, n, c)
+            for r in rank_roots:
+                e.local(0, r, (Buf.INPUT, r * c), (Buf.OUTPUT, 0), c)
+            if n > 1:
+                pk = packed(rank_roots, True, c)
+                # Inner ranks sum in scratch: N·C slots each, filled with their own input first.
+                base = [e.reserve(v, n * c) for v in range(n)]
+                for v in range(n):
+                    e.local(0, v, (Buf.INPUT, 0), (Buf.SCRATCH, base[v]), n * c)
+                for r in rank_roots:
+                    def own(v: int, j: int, r: int = r) -> Slot:
+                        return (Buf.INPUT, r * c + j)
 
-                for parent, js in _groups(rs.trees[r]):
-                    _emit_in(e, 0, r, parent, js, mine, mine)
-                for parent, js in _groups(ag.trees[r]):
-                    _emit_out(e, 1, r, parent, js, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
-                              lambda j, r=r: (Buf.INPUT, r * c + j))  # type: ignore[misc]
-    elif kind is Kind.BROADCAST:
-        assert root is not None
-        coll = Collective(kind, n, c, root)
-        if n > 1:
-            pk = pack(topology, [root], c, inward=False, passes=passes)
-            for parent, js in _groups(pk.trees[root]):
-                _emit_out(e, 0, root, parent, js, lambda j: (Buf.INPUT, j), lambda j: (Buf.INPUT, j))
-    else:
-        assert root is not None
-        coll = Collective(kind, n, c, root)
-        if n > 1:
-            pk = pack(topology, [root], c, inward=True, passes=passes)
-            for parent, js in _groups(pk.trees[root]):
-                _emit_in(e, 0, root, parent, js, lambda v, j: (Buf.INPUT, j), lambda v, j: (Buf.INPUT, j))
-    return e.schedule(coll, "synth")
+                    def acc(v: int, j: int, r: int = r) -> Slot:
+                        return (Buf.OUTPUT, j) if v == r else (Buf.SCRATCH, base[v] + r * c + j)
+
+                    _in_trees(e, 0, r, pk.trees[r], paced(pk), pipe, own, acc)
+        elif kind is Kind.ALLREDUCE:
+            coll = Collective(kind, n, n * c)
+            if n > 1:
+                rs = packed(rank_roots, True, c)
+                ag = packed(rank_roots, False, c)
+                for r in rank_roots:
+                    def mine(v: int, j: int, r: int = r) -> Slot:
+                        return (Buf.INPUT, r * c + j)
+
+                    both = paced(rs) or paced(ag)
+                    _in_trees(e, 0, r, rs.trees[r], both, pipe, mine, mine)
+                    _out_trees(e, 1, r, ag.trees[r], both, pipe, lambda j, r=r: (Buf.INPUT, r * c + j),  # type: ignore[misc]
+                               lambda j, r=r: (Buf.INPUT, r * c + j))  # type: ignore[misc]
+        elif kind is Kind.BROADCAST:
+            assert root is not None
+            coll = Collective(kind, n, c, root)
+            if n > 1:
+                pk = packed([root], False, c)
+                for parent, js in _groups(pk.trees[root]):
+                    _emit_out(e, 0, root, parent, js, lambda j: (Buf.INPUT, j), lambda j: (Buf.INPUT, j))
+        else:
+            assert root is not None
+            coll = Collective(kind, n, c, root)
+            if n > 1:
+                pk = packed([root], True, c)
+                for parent, js in _groups(pk.trees[root]):
+                    _emit_in(e, 0, root, parent, js, lambda v, j: (Buf.INPUT, j), lambda v, j: (Buf.INPUT, j))
+        return e.schedule(coll, "synth"), irregular[0]
+
+    if pace is not None:
+        return emit(pace)[0]
+    plain, irregular = emit(False)
+    if not irregular or n > SELECT_MAX_RANKS or plain.num_transfers > SELECT_MAX_TRANSFERS:
+        return plain
+    # Roots that differ: keep whichever emission the simulator runs faster (docs/design.md, "Paced pipelines").
+    from sim.engine.reference import simulate
+
+    inward = kind in (Kind.REDUCESCATTER, Kind.ALLREDUCE)
+    far = _far_pairs(topology) if inward else None
+    candidates = [plain, emit(True)[0]]
+    if inward:
+        candidates.append(emit(True, far)[0])
+    if chunks is None and plain.num_transfers * DEEP <= SELECT_MAX_TRANSFERS:
+        # Deeper pipelines: fill and drain cost less of the run (random 7-GPU graph allgather 98.5% -> 99.3%).
+        candidates.append(emit(True, far, DEEP * c, DEEP * PIPELINE)[0])
+    times = [simulate(x, topology, SELECT_SIZE).time for x in candidates]
+    return candidates[times.index(min(times))]
 
 
 def predicted_time(pk: Packing, chunk_bytes: float) -> float:
