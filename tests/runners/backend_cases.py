@@ -231,6 +231,25 @@ def every_kind(rank: int, world: int, few: bool = False) -> None:
     movement(rank, world, few=few)
 
 
+def pinned_rounds(rank: int, world: int, specs: list[str], store_dir: str) -> None:
+    """``every_kind`` (few dtypes) once per COLLSCHED_ALGORITHMS value, each on a fresh collsched default group.
+
+    The backend reads the variable when it is created, so each round sets it and initialises a new group
+    (over a file store of its own) in the same processes: one spawn for every round. Start with
+    ``spawn(..., backend="")``.
+    """
+    for i, spec in enumerate(specs):
+        os.environ["COLLSCHED_ALGORITHMS"] = spec
+        store = dist.FileStore(os.path.join(store_dir, f"round{i}"), world)
+        dist.init_process_group("collsched", store=store, rank=rank, world_size=world)
+        try:
+            every_kind(rank, world, few=True)
+        except AssertionError as err:
+            raise AssertionError(f"COLLSCHED_ALGORITHMS={spec}: {err}") from None
+        finally:
+            dist.destroy_process_group()
+
+
 def _input(dtype: torch.dtype, n: int, rank: int, seed: int) -> torch.Tensor:
     if dtype == torch.bool:
         return make(torch.int64, n, rank, seed) > 0

@@ -28,7 +28,7 @@ def _instances(kind: str, name: str) -> list:
 @pytest.mark.parametrize(("kind", "name"), ALGORITHMS)
 def test_every_outcome_changing_mutant_is_killed(kind: str, name: str) -> None:
     for schedule in _instances(kind, name):
-        report = mutation.kill_rate(schedule, samples=120, seed=schedule.ranks)
+        report = mutation.kill_rate(schedule, samples=50, seed=schedule.ranks)
         assert report.changed > 0, "no mutant changed the outcome: the oracle is blind"
         assert report.rate == 1.0, report.survivors[:3]
 
