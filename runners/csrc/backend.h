@@ -140,6 +140,35 @@ class Queue {
   throw py::error_already_set();
 }
 
+// A Python exception raised by a job, kept so that every wait() can raise it again. (A kept
+// py::error_already_set can be restored only once: a second wait() on the same Work would fail.)
+class PythonError : public std::runtime_error {
+ public:
+  PythonError(const py::object& value, const std::string& text)
+      : std::runtime_error(text), value_(value.inc_ref().ptr(), [](PyObject* o) {
+          if (Py_IsInitialized()) {
+            py::gil_scoped_acquire gil;
+            Py_DECREF(o);
+          }
+        }) {}
+  PyObject* value() const { return value_.get(); }
+
+ private:
+  std::shared_ptr<PyObject> value_;
+};
+
+// The exception in flight, with a Python one turned into a PythonError (call inside a catch block).
+inline std::exception_ptr capture() {
+  try {
+    throw;
+  } catch (py::error_already_set& e) {
+    py::gil_scoped_acquire gil;
+    return std::make_exception_ptr(PythonError(e.value(), e.what()));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 // The seed tutorial's WorkDummy, with a real future: completed (or failed) by the worker thread.
 class Work : public c10d::Work {
  public:
@@ -556,7 +585,7 @@ class Backend : public c10d::Backend {
         counts_->add(spec->label);
         work->finish(results);
       } catch (...) {
-        work->fail(std::current_exception());
+        work->fail(capture());
       }
     });
     track(work);
@@ -611,7 +640,7 @@ class Backend : public c10d::Backend {
         }
         work->finish(std::move(outputs));
       } catch (...) {
-        work->fail(std::current_exception());
+        work->fail(capture());
       }
     });
     track(work);
@@ -642,6 +671,14 @@ inline c10::intrusive_ptr<c10d::Backend> make_backend(int rank, int size, py::ob
 }
 
 inline void bind(py::module_& m) {
+  // A job's Python exception reaches Python as itself, at every wait() (torch's Work.wait binding rethrows).
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const PythonError& e) {
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e.value())), e.value());
+    }
+  });
   py::class_<Counts, std::shared_ptr<Counts>>(m, "Counts").def(py::init<>()).def("items", &Counts::items);
   m.def("make_backend", &make_backend, py::arg("rank"), py::arg("size"), py::arg("core"), py::arg("inner"),
         py::arg("seconds"), py::arg("counts"), py::arg("native"));
