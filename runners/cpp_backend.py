@@ -79,12 +79,14 @@ class Core:
                 root: int) -> tuple[Any, ...] | None:
         """The plan and buffer layout of one signature, for backend.h's ``Spec``; None: the Python path serves it.
 
-        None wherever the Python body would do something the C++ path does not: the cross-rank check
-        (``COLLSCHED_CHECK=1``), the direct fallback, a schedule that cannot run, arguments the runner
-        refuses (it then raises its own error), the Python executor.
+        None wherever the Python body would do something the C++ path does not: the direct fallback, a
+        schedule that cannot run, arguments the runner refuses (it then raises its own error), the Python
+        executor. With ``COLLSCHED_CHECK=1`` the answer says so (its last field): the C++ side then runs the
+        first call of the signature through the Python body, whose cross-rank check compares every rank's
+        arguments, and the later ones natively (checked once per signature and group).
         """
         g = self.group
-        if g._check or native.chosen() != "native":
+        if native.chosen() != "native":
             return None
         kind = KINDS[kind_index]
         p, rank = g.size(), g.rank()
@@ -123,7 +125,7 @@ class Core:
                 not (kind is Kind.BROADCAST and rank != root), out_segs, padded, in_place,
                 sched.scratch_chunks * s, budget, op, AUTO_CPU.get(kind, "dataflow") == "dataflow", divide,
                 kind is Kind.REDUCE and rank != root, kind is Kind.BARRIER, f"{kind}/{choice}",
-                len(self._prepared) - 1)
+                len(self._prepared) - 1, bool(g._check))
 
     def native_failure(self, index: int, status: int, item: int, text: str, late: bool, seconds: float) -> None:
         """Raise what the Python executor raises for a failed native run (the same words: runners.executors)."""
@@ -176,7 +178,7 @@ def wrap(group: Any) -> Any:
     group._native_counts = counts
     core = Core(group)
     return module.make_backend(group.rank(), group.size(), core, group._inner["cpu"],
-                               group._timeout.total_seconds(), counts, not group._check)
+                               group._timeout.total_seconds(), counts, True)
 
 
 def group_of(pg: Any = None) -> Any:
