@@ -296,7 +296,11 @@ class Backend : public c10d::Backend {
     }
     if (!closed_.exchange(true) && Py_IsInitialized()) {
       py::gil_scoped_acquire gil;
-      core_.attr("shutdown")();  // the Python group's inner gloo groups
+      try {
+        core_.attr("shutdown")();  // the Python group's inner gloo groups
+      } catch (py::error_already_set& e) {  // at interpreter exit: nothing left to release
+        e.discard_as_unraisable("collsched backend shutdown");
+      }
     }
   }
   void abort() override { shutdown(); }
@@ -662,7 +666,7 @@ class Backend : public c10d::Backend {
   std::mutex coalescing_m_;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<Work>> coalesced_;
-  uint64_t seq_ = 0;
+  std::atomic<uint64_t> seq_{0};
   std::atomic<bool> closed_{false};
 };
 
