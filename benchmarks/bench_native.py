@@ -21,6 +21,8 @@ launch reports the median over its iterations, and the table the median over lau
   on a loaded machine does not inflate.
 - ``check``: a 4 KiB all-reduce (``runners.runner.run``) with the cross-rank argument check over one
   without, per engine (native: one round of messages; Python: gloo's all-gather, p-1 rounds).
+- ``issue``: the caller's host time to issue one ``async_op=True`` all-reduce of 4 bytes (a cached signature),
+  until the call returns, on gloo and per backend (its wait is not timed).
 - ``overlap``: ``w = dist.all_reduce(x, async_op=True)`` (16 MiB), then 50 ms of pure-Python work, then
   ``w.wait()``; total / max(communication alone, work alone), per backend (gloo, cpp, pyback).
 """
@@ -151,6 +153,21 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
                     if i >= warmup:
                         times.setdefault(f"check {name}", {}).setdefault(str(check), []).append(
                             time.perf_counter() - start)
+    if args["steps"]:  # issue cost of a cached signature in the calling thread, per backend
+        x = torch.ones(1)
+        for i in range(warmup + iters):
+            for name in SIDES:
+                g = _side(name, world, gloo, pyback)
+                dist.barrier(group=gloo)
+                spent = 0.0
+                for _ in range(20):
+                    start = time.perf_counter()
+                    w = dist.all_reduce(x, group=g, async_op=True)
+                    spent += time.perf_counter() - start
+                    assert w is not None
+                    w.wait()
+                if i >= warmup:
+                    times.setdefault("issue", {}).setdefault(name, []).append(spent / 20)
     if args["overlap"]:
         x = torch.ones(1 << 22)  # 16 MiB
         for i in range(warmup + iters):
@@ -181,7 +198,7 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
 
 def _rows(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
-    metrics = [m for m in launches[0] if m != "executed" and not m.startswith(("overlap", "check"))]
+    metrics = [m for m in launches[0] if m != "executed" and not m.startswith(("overlap", "check", "issue"))]
     for m in metrics:
         row: dict[str, Any] = {"metric": m}
         if m.startswith("per-step host"):
@@ -197,6 +214,10 @@ def _rows(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if f"check {side}" in launches[0]:
             rows.append({"metric": f"check {side}", "checked_over_unchecked": [
                 r[f"check {side}"]["True"] / r[f"check {side}"]["False"] for r in launches]})
+    if "issue" in launches[0]:
+        rows.append({"metric": "issue", **{f"{side}_us": statistics.median(1e6 * r["issue"][side] for r in launches)
+                                           for side in SIDES},
+                     "cpp_over_pyback": [r["issue"]["cpp"] / r["issue"]["pyback"] for r in launches]})
     if "overlap both" in launches[0]:
         for side in SIDES:
             ratios = [r["overlap both"][side] / max(r["overlap comm"][side], r["overlap work"][side])
@@ -237,6 +258,10 @@ def main() -> None:
         elif "python_us" in r:
             print(f"{r['metric']:<22} native {r['native_us']:.1f} us/step, python {r['python_us']:.1f} us/step, "
                   f"native/python {_spread(r['native_over_python'])}")
+        elif r["metric"] == "issue":
+            print(f"{'issue (async, 4 B)':<22} gloo {r['gloo_us']:.1f} us, cpp {r['cpp_us']:.1f} us, "
+                  f"pyback {r['pyback_us']:.1f} us, "
+                  f"cpp/pyback {_spread(r['cpp_over_pyback'])}")
         elif "checked_over_unchecked" in r:
             print(f"{r['metric']:<22} checked / unchecked 4 KiB all-reduce {_spread(r['checked_over_unchecked'])}")
         else:
