@@ -1,10 +1,12 @@
 """Benchmark: the collsched backend against gloo, side by side in one run.
 
-    python benchmarks/bench_backend.py [--nproc 4] [--iters 9] [--warmup 2] [--mib 64] [--width 1024] [--json]
+    python benchmarks/bench_backend.py [--nproc 4] [--launches 5] [--iters 9] [--warmup 2] [--mib 64]
+        [--width 1024] [--json]
 
-Spawns ``--nproc`` ranks whose default group is ``collsched`` and makes a
-gloo group over the same ranks. Every iteration times the same work on both,
-alternating which goes first, after a gloo barrier that lines the ranks up:
+Spawns ``--nproc`` ranks whose default group is ``collsched`` (the C++ backend, ``cpp``), makes a second
+``collsched`` group with ``COLLSCHED_BACKEND=python`` (the Python backend, ``pyback``) and a gloo group over the
+same ranks, ``--launches`` times. Every iteration times the same work on the three, rotating which goes
+first, after a gloo barrier that lines the ranks up:
 
 - ``all_reduce``: one fp32 tensor of ``--mib`` MiB (the schedule the policy
   picks for that size, ring by default);
@@ -12,15 +14,15 @@ alternating which goes first, after a gloo barrier that lines the ranks up:
   with the backward pass) and an SGD step of an MLP with ``--layers`` square
   layers of ``--width``, identical on both groups.
 
-An iteration's time is the slowest rank's; the table shows medians and the
-ratio collsched / gloo (goal: at most 1.1). Each rank uses one intra-op
-thread, as torchrun does for several processes per node.
+An iteration's time is the slowest rank's; a launch's time is the median over its iterations; the table
+shows the ratio backend / gloo (goal: at most 1.0 for the DDP step), median (min-max) over launches.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -61,7 +63,11 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     gloo = dist.new_group(backend="gloo")
-    groups = {"gloo": gloo, "collsched": dist.group.WORLD}
+    os.environ["COLLSCHED_BACKEND"] = "python"
+    pyback = dist.new_group(backend="collsched")
+    os.environ.pop("COLLSCHED_BACKEND")
+    groups = {"gloo": gloo, "cpp": dist.group.WORLD, "pyback": pyback}
+    names = list(groups)
     iters, warmup = args["iters"], args["warmup"]
     times: dict[str, dict[str, list[float]]] = {}
 
@@ -69,11 +75,12 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
         buf = torch.ones(int(mib * (1 << 18)))  # MiB of fp32
         metric = f"all_reduce {mib:g} MiB"
         for i in range(warmup + iters):
-            for name in sorted(groups, reverse=i % 2 == 1):
+            for name in names[i % 3:] + names[:i % 3]:
                 dt = _timed(lambda g=groups[name], b=buf: dist.all_reduce(b, group=g), gloo)
                 if i >= warmup:
                     times.setdefault(metric, {}).setdefault(name, []).append(dt)
     if args["no_ddp"]:
+        dist.destroy_process_group(pyback)
         return _report(times, gloo)
 
     models = {name: DDP(_mlp(args["width"], args["layers"]), process_group=g) for name, g in groups.items()}
@@ -88,7 +95,7 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
         opts[name].step()
 
     for i in range(warmup + iters):
-        for name in sorted(groups, reverse=i % 2 == 1):
+        for name in names[i % 3:] + names[:i % 3]:
             dt = _timed(lambda n=name: step(n), gloo)
             if i >= warmup:
                 times.setdefault("DDP step", {}).setdefault(name, []).append(dt)
@@ -97,12 +104,14 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
     models.clear()  # drop DDP while the groups are alive and idle: see runners.backend.settle
     opts.clear()
     runners.backend.settle()
+    dist.destroy_process_group(pyback)
     return _report(times, gloo)
 
 
 def _report(times: dict[str, dict[str, list[float]]], gloo: dist.ProcessGroup) -> dict[str, Any]:
     out: dict[str, Any] = {m: {name: _slowest(ts, gloo) for name, ts in by.items()} for m, by in times.items()}
-    out["executed"] = dict(dist.group.WORLD.executed)  # type: ignore[union-attr]
+    found = runners.backend.collsched_group()
+    out["executed"] = dict(found.executed) if found is not None else {}
     dist.destroy_process_group(gloo)
     return out
 
@@ -118,24 +127,33 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4, help="MLP depth")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--launches", type=int, default=5)
     args = vars(parser.parse_args())
-    results = spawn(_rank, args["nproc"], args, backend="collsched", timeout=1800)[0]
+    launches = [spawn(_rank, args["nproc"], args, backend="collsched", timeout=1800)[0]
+                for _ in range(args["launches"])]
     rows = []
-    for metric in (m for m in results if m != "executed"):
-        gloo_s = statistics.median(results[metric]["gloo"])
-        coll_s = statistics.median(results[metric]["collsched"])
-        what = "fp32, one tensor" if metric.startswith("all_reduce") else (
-            f"MLP {args['layers']}x{args['width']}, batch {args['batch']}")
-        rows.append({"metric": metric, "what": what, "nproc": args["nproc"], "gloo_ms": 1e3 * gloo_s,
-                     "collsched_ms": 1e3 * coll_s, "ratio": coll_s / gloo_s})
+    for metric in (m for m in launches[0] if m != "executed"):
+        row: dict[str, Any] = {"metric": metric, "nproc": args["nproc"], "what": "fp32, one tensor" if
+                               metric.startswith("all_reduce") else
+                               f"MLP {args['layers']}x{args['width']}, batch {args['batch']}"}
+        for name in ("gloo", "cpp", "pyback"):
+            row[f"{name}_ms"] = [1e3 * statistics.median(r[metric][name]) for r in launches]
+        for name in ("cpp", "pyback"):
+            row[f"{name}_over_gloo"] = [c / g for c, g in zip(row[f"{name}_ms"], row["gloo_ms"], strict=True)]
+        rows.append(row)
     if args["json"]:
-        print(json.dumps({"rows": rows, "executed": results["executed"]}, indent=2))
+        print(json.dumps({"rows": rows, "executed": launches[0]["executed"]}, indent=2))
         return
-    print(f"collsched vs gloo, {args['nproc']} ranks, medians of {args['iters']} iterations (slowest rank)")
-    print(f"{'metric':<20} {'workload':<26} {'gloo ms':>9} {'collsched ms':>13} {'ratio':>6}")
+
+    def spread(v: list[float]) -> str:
+        return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+
+    print(f"backend / gloo, {args['nproc']} ranks, {args['launches']} launches x {args['iters']} iterations "
+          "(slowest rank); median (min-max) over launches")
     for r in rows:
-        print(f"{r['metric']:<20} {r['what']:<26} {r['gloo_ms']:>9.1f} {r['collsched_ms']:>13.1f} {r['ratio']:>6.2f}")
-    print("collsched ran:", ", ".join(f"{k} x{v}" for k, v in sorted(results["executed"].items())))
+        print(f"{r['metric']:<18} {r['what']:<26} gloo {statistics.median(r['gloo_ms']):8.1f} ms   "
+              f"cpp/gloo {spread(r['cpp_over_gloo'])}   pyback/gloo {spread(r['pyback_over_gloo'])}")
+    print("collsched ran:", ", ".join(f"{k} x{v}" for k, v in sorted(launches[0]["executed"].items())))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
-"""Benchmark: the native executor against the Python one and against gloo, side by side in one job.
+"""Benchmark: the C++ backend, the Python backend and gloo side by side in one job (and the two executors).
 
     python benchmarks/bench_native.py [--nproc 4] [--launches 5] [--iters 7] [--sizes 4KiB,64KiB,1MiB,16MiB,64MiB]
         [--kinds allreduce,allgather,reducescatter,broadcast,alltoall] [--no-overlap] [--no-steps] [--json]
 
-Each launch spawns ``--nproc`` ranks whose default group is ``collsched`` with the default argument check
-on (``COLLSCHED_CHECK=1``) and makes a gloo group over the same ranks; in each iteration the same call runs
-on gloo, on collsched with the native executor and on collsched with the Python executor
-(``COLLSCHED_EXECUTOR`` is flipped between calls; the backend reads it at each run), in an order that
-rotates every iteration, after a gloo barrier. An iteration's time is the slowest rank's; a launch reports
-the median over its iterations, and the table the median over launches with the spread (min-max).
+Each launch spawns ``--nproc`` ranks whose default group is ``collsched`` (the C++ backend,
+runners.cpp_backend) with the default argument check on (``COLLSCHED_CHECK=1``: checked once per signature),
+a second ``collsched`` group made with ``COLLSCHED_BACKEND=python`` (the Python backend and its worker thread,
+with the native executor: what ran before the C++ backend) and a gloo group over the same ranks; in each
+iteration the same call runs on gloo, on the C++ backend (``cpp``) and on the Python backend (``pyback``), in
+an order that rotates every iteration, after a gloo barrier. An iteration's time is the slowest rank's; a
+launch reports the median over its iterations, and the table the median over launches with the spread
+(min-max).
 
 - ``busbw`` (one row per kind and size): ratio = gloo time / collsched time (= busbw ratio; above 1
   collsched is faster), for ``dist.all_reduce``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``,
@@ -19,8 +21,10 @@ the median over its iterations, and the table the median over launches with the 
   on a loaded machine does not inflate.
 - ``check``: a 4 KiB all-reduce (``runners.runner.run``) with the cross-rank argument check over one
   without, per engine (native: one round of messages; Python: gloo's all-gather, p-1 rounds).
+- ``issue``: the caller's host time to issue one ``async_op=True`` all-reduce of 4 bytes (a cached signature),
+  until the call returns, on gloo and per backend (its wait is not timed).
 - ``overlap``: ``w = dist.all_reduce(x, async_op=True)`` (16 MiB), then 50 ms of pure-Python work, then
-  ``w.wait()``; total / max(communication alone, work alone), per backend.
+  ``w.wait()``; total / max(communication alone, work alone), per backend (gloo, cpp, pyback).
 """
 
 from __future__ import annotations
@@ -39,13 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.distributed as dist
 
-import runners.backend  # noqa: F401  (registers collsched in the spawned ranks too)
+import runners.backend  # registers collsched in the spawned ranks too
 from algorithms import registry
 from runners.launch import spawn
 from runners.runner import run
 from sim import units
 
-SIDES = ("gloo", "native", "python")
+SIDES = ("gloo", "cpp", "pyback")
+BACKENDS = SIDES[1:]
 
 
 def _size(nbytes: int) -> str:
@@ -83,11 +88,8 @@ def _call(kind: str, nbytes: int, p: int) -> Any:
     raise ValueError(f"unknown kind {kind!r}")
 
 
-def _side(name: str, world: Any, gloo: Any) -> Any:
-    if name != "gloo":
-        os.environ["COLLSCHED_EXECUTOR"] = name
-        return world
-    return gloo
+def _side(name: str, world: Any, gloo: Any, pyback: Any) -> Any:
+    return {"gloo": gloo, "cpp": world, "pyback": pyback}[name]
 
 
 def _busy(seconds: float) -> int:
@@ -101,6 +103,9 @@ def _busy(seconds: float) -> int:
 def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
     gloo = dist.new_group(backend="gloo")
     world = dist.group.WORLD
+    os.environ["COLLSCHED_BACKEND"] = "python"
+    pyback = dist.new_group(backend="collsched")
+    os.environ.pop("COLLSCHED_BACKEND")
     p = dist.get_world_size()
     iters, warmup = args["iters"], args["warmup"]
     times: dict[str, dict[str, list[float]]] = {}
@@ -108,7 +113,7 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
     def timed(metric: str, i: int, fns: dict[str, Any]) -> None:
         order = list(SIDES[i % 3:] + SIDES[:i % 3])
         for name in order:
-            g = _side(name, world, gloo)
+            g = _side(name, world, gloo, pyback)
             dist.barrier(group=gloo)
             start = time.perf_counter()
             fns[name](g)
@@ -148,11 +153,26 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
                     if i >= warmup:
                         times.setdefault(f"check {name}", {}).setdefault(str(check), []).append(
                             time.perf_counter() - start)
+    if args["steps"]:  # issue cost of a cached signature in the calling thread, per backend
+        x = torch.ones(1)
+        for i in range(warmup + iters):
+            for name in SIDES:
+                g = _side(name, world, gloo, pyback)
+                dist.barrier(group=gloo)
+                spent = 0.0
+                for _ in range(20):
+                    start = time.perf_counter()
+                    w = dist.all_reduce(x, group=g, async_op=True)
+                    spent += time.perf_counter() - start
+                    assert w is not None
+                    w.wait()
+                if i >= warmup:
+                    times.setdefault("issue", {}).setdefault(name, []).append(spent / 20)
     if args["overlap"]:
         x = torch.ones(1 << 22)  # 16 MiB
         for i in range(warmup + iters):
             for name in SIDES:
-                g = _side(name, world, gloo)
+                g = _side(name, world, gloo, pyback)
                 for what in ("comm", "work", "both"):
                     dist.barrier(group=gloo)
                     start = time.perf_counter()
@@ -167,17 +187,18 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
                     if i >= warmup:
                         times.setdefault(f"overlap {what}", {}).setdefault(name, []).append(
                             time.perf_counter() - start)
-    os.environ.pop("COLLSCHED_EXECUTOR", None)
     out = {m: {n: statistics.median(_slowest(ts, gloo)) for n, ts in by.items()} for m, by in times.items()}
-    out["executed"] = dict(world.executed)  # type: ignore[union-attr]
+    found = runners.backend.collsched_group(world)
+    out["executed"] = dict(found.executed) if found is not None else {}
     dist.barrier(group=gloo)
+    dist.destroy_process_group(pyback)
     dist.destroy_process_group(gloo)
     return out
 
 
 def _rows(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
-    metrics = [m for m in launches[0] if m != "executed" and not m.startswith(("overlap", "check"))]
+    metrics = [m for m in launches[0] if m != "executed" and not m.startswith(("overlap", "check", "issue"))]
     for m in metrics:
         row: dict[str, Any] = {"metric": m}
         if m.startswith("per-step host"):
@@ -185,7 +206,7 @@ def _rows(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row.update(native_us=statistics.median(1e6 * r[m]["native"] for r in launches),
                        python_us=statistics.median(1e6 * r[m]["python"] for r in launches), native_over_python=ratios)
         else:
-            for side in ("native", "python"):
+            for side in BACKENDS:
                 row[side] = [r[m]["gloo"] / r[m][side] for r in launches]
             row["gloo_ms"] = statistics.median(1e3 * r[m]["gloo"] for r in launches)
         rows.append(row)
@@ -193,6 +214,10 @@ def _rows(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if f"check {side}" in launches[0]:
             rows.append({"metric": f"check {side}", "checked_over_unchecked": [
                 r[f"check {side}"]["True"] / r[f"check {side}"]["False"] for r in launches]})
+    if "issue" in launches[0]:
+        rows.append({"metric": "issue", **{f"{side}_us": statistics.median(1e6 * r["issue"][side] for r in launches)
+                                           for side in SIDES},
+                     "cpp_over_pyback": [r["issue"]["cpp"] / r["issue"]["pyback"] for r in launches]})
     if "overlap both" in launches[0]:
         for side in SIDES:
             ratios = [r["overlap both"][side] / max(r["overlap comm"][side], r["overlap work"][side])
@@ -227,12 +252,16 @@ def main() -> None:
         return
     print(f"{ns.nproc} ranks, {ns.launches} launches x {ns.iters} iterations; median (min-max) over launches")
     for r in rows:
-        if "native" in r:
-            print(f"{r['metric']:<22} gloo {r['gloo_ms']:8.2f} ms   gloo/native {_spread(r['native'])}   "
-                  f"gloo/python {_spread(r['python'])}")
+        if "cpp" in r:
+            print(f"{r['metric']:<22} gloo {r['gloo_ms']:8.2f} ms   gloo/cpp {_spread(r['cpp'])}   "
+                  f"gloo/pyback {_spread(r['pyback'])}")
         elif "python_us" in r:
             print(f"{r['metric']:<22} native {r['native_us']:.1f} us/step, python {r['python_us']:.1f} us/step, "
                   f"native/python {_spread(r['native_over_python'])}")
+        elif r["metric"] == "issue":
+            print(f"{'issue (async, 4 B)':<22} gloo {r['gloo_us']:.1f} us, cpp {r['cpp_us']:.1f} us, "
+                  f"pyback {r['pyback_us']:.1f} us, "
+                  f"cpp/pyback {_spread(r['cpp_over_pyback'])}")
         elif "checked_over_unchecked" in r:
             print(f"{r['metric']:<22} checked / unchecked 4 KiB all-reduce {_spread(r['checked_over_unchecked'])}")
         else:

@@ -72,17 +72,17 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Kind
-from runners import alltoallv, direct
+from runners import alltoallv, cpp_backend, direct
 from runners.collectives import Collectives, device_type_of, timeout_of
 from runners.errors import RunTimeout
 from runners.inner_groups import forget_inner_group, inner_group
 from runners.policy import P2P, Choice, Policy, schedule
 from runners.registration import BACKEND_NAME, register_creator
 from runners.runner import run
-from runners.work import CollschedWork, IssueQueue, Job, JobState
+from runners.work import CollschedWork, InlineQueue, IssueQueue, Job, JobState
 
-__all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "MonitoredBarrierError", "create", "register",
-           "settle"]
+__all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "MonitoredBarrierError", "collsched_group",
+           "create", "register", "settle"]
 
 _R = dist.ReduceOp
 ENV_CHECK = "COLLSCHED_CHECK"
@@ -113,6 +113,7 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
         *,
         global_ranks: Sequence[int] = (),
         policy: Policy | None = None,
+        inline: bool = False,
     ) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]  # torch 2.13: a Python subclass cannot use (store, rank, size)
         self._policy = Policy.from_env() if policy is None else policy
@@ -139,14 +140,30 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
             bound = getattr(c10d._world.default_pg, "bound_device_id", None) if dist.is_initialized() else None
             self._inner["cuda"] = inner_group(store, rank, size, timeout, "cuda", self._global_ranks, "cuda",
                                               bound_device=bound)
-        self._queue = IssueQueue(f"r{rank}")
+        # inline: the C++ backend (runners.cpp_backend) runs this group's jobs on its own worker thread.
+        self._queue: IssueQueue = InlineQueue(f"r{rank}") if inline else IssueQueue(f"r{rank}")
         self._streams: dict[int, Any] = {}
         self._coalesced: list[JobState] | None = None
         self._monitored = 0  # monitored_barrier calls so far (every rank counts alike)
         self._closed = False
-        self.executed: collections.Counter[str] = collections.Counter()
-        """How many collectives ran each way, as ``kind/algorithm`` (``p2p``: the direct fallback)."""
+        self._executed: collections.Counter[str] = collections.Counter()
+        self._native_counts: Any = None  # the C++ backend's counts of its native runs (runners.cpp_backend)
+        self._folded: dict[str, int] = {}
         _LIVE.add(self)
+
+    @property
+    def executed(self) -> collections.Counter[str]:
+        """How many collectives ran each way, as ``kind/algorithm`` (``p2p``: the direct fallback)."""
+        if self._native_counts is not None:  # fold in what the C++ backend ran without Python
+            for label, total in self._native_counts.items().items():
+                if total != self._folded.get(label, 0):
+                    self._executed[label] += total - self._folded.get(label, 0)
+                    self._folded[label] = total
+        return self._executed
+
+    @executed.setter
+    def executed(self, value: collections.Counter[str]) -> None:
+        self._executed = value
 
     # ------------------------------------------------------------------ identity
 
@@ -469,15 +486,25 @@ def settle(seconds: float = 0.2) -> None:
 _LIVE: weakref.WeakSet[CollschedProcessGroup] = weakref.WeakSet()
 
 
-def create(opts: Any, backend_options: Any = None) -> CollschedProcessGroup:
-    """The creator torch calls (extended API): one ``CollschedProcessGroup`` for the group being made."""
-    return CollschedProcessGroup(
+def create(opts: Any, backend_options: Any = None) -> Any:
+    """The creator torch calls (extended API): the C++ backend (``runners.cpp_backend``) around a
+    ``CollschedProcessGroup``, or the Python group itself where the C++ one is not available or not wanted."""
+    why = cpp_backend.unavailable()
+    group = CollschedProcessGroup(
         opts.store,
         opts.group_rank,
         opts.group_size,
         opts.timeout,
         global_ranks=list(opts.global_ranks_in_group),
+        inline=why is None,
     )
+    return group if why is not None else cpp_backend.wrap(group)
+
+
+def collsched_group(pg: Any = None) -> CollschedProcessGroup | None:
+    """The ``CollschedProcessGroup`` behind ``pg`` (default: the world) under either backend, else None."""
+    found = cpp_backend.group_of(pg)
+    return found if isinstance(found, CollschedProcessGroup) else None
 
 
 @atexit.register

@@ -44,6 +44,7 @@ __all__ = ["ENV_EXECUTOR", "NativePlan", "available", "build_note", "chosen", "e
 ENV_EXECUTOR = "COLLSCHED_EXECUTOR"
 ENV_CACHE = "COLLSCHED_CACHE"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "executor.cpp"
+HEADERS = (SOURCE.parent / "backend.h",)  # included by SOURCE: one translation unit, one build
 _BUF_INDEX = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
 _TOKEN = -2  # executor.cpp's op code for a barrier token
 
@@ -55,7 +56,7 @@ _tried = False
 
 
 def _cache_dir() -> Path:
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, *HEADERS))).hexdigest()[:16]
     root = Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "collsched")
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
     return root / f"native-torch{torch.__version__.replace('+', '-')}-{py}-{digest}"

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["CollschedWork", "IssueQueue", "Job", "JobState"]
+__all__ = ["CollschedWork", "InlineQueue", "IssueQueue", "Job", "JobState"]
 
 Job = Callable[[], Any]
 
@@ -173,3 +173,20 @@ class IssueQueue:
         self._jobs.put(None)
         thread.join(timeout)
         return not thread.is_alive()
+
+
+class InlineQueue(IssueQueue):
+    """Runs each job at once, on the thread that submits it: the C++ backend's worker (runners.cpp_backend),
+    which already keeps the group's collectives in issue order."""
+
+    def submit(self, job: Job, state: JobState) -> None:
+        if self._closed:
+            raise RuntimeError(f"collsched group {self._name} has been shut down")
+        self._execute(job, state)
+
+    def on_worker(self) -> bool:
+        return False
+
+    def close(self, timeout: float) -> bool:
+        self._closed = True
+        return True

@@ -505,9 +505,11 @@ std::tuple<int, int64_t, std::string> exchange_rows(const at::Tensor& mine, cons
 
 }  // namespace
 
+#include "backend.h"  // the c10d::Backend, in this translation unit (it runs Plan)
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "collsched's native executor (runners/csrc/executor.cpp)";
-  py::class_<Plan>(m, "Plan")
+  py::class_<Plan, std::shared_ptr<Plan>>(m, "Plan")
       .def(py::init<const std::vector<std::vector<int64_t>>&, std::vector<std::vector<int64_t>>,
                     std::vector<std::vector<int64_t>>, std::vector<std::vector<int64_t>>,
                     std::vector<std::vector<int64_t>>, std::vector<int64_t>, int64_t>())
@@ -516,4 +518,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("seconds"), py::arg("dataflow"), py::call_guard<py::gil_scoped_release>());
   m.def("exchange_rows", &exchange_rows, py::arg("mine"), py::arg("rows"), py::arg("rank"), py::arg("group"),
         py::arg("tag"), py::arg("seconds"), py::call_guard<py::gil_scoped_release>());
+  collsched_backend::bind(m);
 }

@@ -577,11 +577,12 @@ def ddp_training(rank: int, world: int) -> None:
     """Five SGD steps of DDP on collsched end within rounding of the same steps on gloo."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from runners.backend import CollschedProcessGroup, settle
+    from runners.backend import collsched_group, settle
 
     c = Checker(rank)
     pg = dist.group.WORLD
-    if not isinstance(pg, CollschedProcessGroup):
+    cg = collsched_group(pg)
+    if cg is None:
         raise AssertionError(f"the default group is a {type(pg).__name__}, not collsched")
     with gloo_group() as gloo:
         final = {}
@@ -600,8 +601,8 @@ def ddp_training(rank: int, world: int) -> None:
             settle()
         for i, (a, b) in enumerate(zip(final["collsched"], final["gloo"], strict=True)):
             c.equal(f"DDP parameter {i}", a, b)
-    if pg.executed["allreduce/" + str(pg.policy.choose("allreduce", 1 << 14, world))] == 0:
-        c.failures.append(f"rank {rank}: DDP ran no allreduce schedule: {dict(pg.executed)}")
+    if cg.executed["allreduce/" + str(cg.policy.choose("allreduce", 1 << 14, world))] == 0:
+        c.failures.append(f"rank {rank}: DDP ran no allreduce schedule: {dict(cg.executed)}")
     c.finish(least=6)
 
 
@@ -628,7 +629,9 @@ def fsdp2_training(rank: int, world: int) -> None:
             final[name] = [p.full_tensor().detach().clone() for p in model.parameters()]  # type: ignore[attr-defined]
         for i, (a, b) in enumerate(zip(final["collsched"], final["gloo"], strict=True)):
             c.equal(f"FSDP2 parameter {i}", a, b)
-    executed = dist.group.WORLD.executed  # type: ignore[union-attr]
+    from runners.backend import collsched_group
+
+    executed = collsched_group().executed  # type: ignore[union-attr]
     kinds = {k.split("/")[0] for k in executed}
     if not {"allgather", "reducescatter"} <= kinds:
         c.failures.append(f"rank {rank}: FSDP2 did not all-gather and reduce-scatter on collsched: {dict(executed)}")
@@ -766,13 +769,13 @@ def work_semantics(rank: int, world: int) -> None:
 
 def per_device_string(rank: int, world: int, config: str) -> None:
     """``init_process_group(config)``: CPU tensors run on gloo's own collectives or on schedules as mapped."""
-    from runners.backend import CollschedProcessGroup
+    from runners.backend import collsched_group
 
     dist.init_process_group(config, rank=rank, world_size=world)
     c = Checker(rank)
-    pg = dist.group.WORLD
-    if not isinstance(pg, CollschedProcessGroup):
-        raise AssertionError(f"{config}: the default group is a {type(pg).__name__}")
+    cg = collsched_group()
+    if cg is None:
+        raise AssertionError(f"{config}: the default group is a {type(dist.group.WORLD).__name__}")
     with gloo_group() as gloo:
         x = make(torch.float32, 1001, rank, 500)
         y = x.clone()
@@ -784,9 +787,9 @@ def per_device_string(rank: int, world: int, config: str) -> None:
         c.equal(f"{config} all_gather", torch.stack(outs), torch.stack([torch.full((3,), s) for s in range(world)]))
         dist.barrier()
     native = config.startswith("cpu:gloo")
-    ran = sum(v for k, v in pg.executed.items() if not k.startswith("barrier"))
+    ran = sum(v for k, v in cg.executed.items() if not k.startswith("barrier"))
     if native and ran:
-        c.failures.append(f"rank {rank}: {config}: CPU collectives ran schedules: {dict(pg.executed)}")
+        c.failures.append(f"rank {rank}: {config}: CPU collectives ran schedules: {dict(cg.executed)}")
     if not native and not ran:
         c.failures.append(f"rank {rank}: {config}: CPU collectives did not run schedules")
     c.finish(least=2)

@@ -27,11 +27,12 @@ def _sparse(rank: int, rows: int, cols: int) -> torch.Tensor:
 
 def sparse_all_reduce(rank: int, world: int) -> None:
     """dist.all_reduce of sparse COO tensors: the same as gloo's, and the same as the dense sum."""
-    from runners.backend import CollschedProcessGroup
+    from runners.backend import collsched_group
 
     c = cases.Checker(rank)
     pg = dist.group.WORLD
-    assert isinstance(pg, CollschedProcessGroup)
+    cg = collsched_group(pg)  # the Python group behind the C++ backend, or the group itself
+    assert cg is not None
     # The dense reference is computed here, independently of any backend.
     want = torch.stack([_sparse(r, 7, 3).to_dense() for r in range(world)]).sum(0)
     with cases.gloo_group() as gloo:
@@ -48,8 +49,8 @@ def sparse_all_reduce(rank: int, world: int) -> None:
         d = torch.full((5,), float(rank))
         dist.all_reduce(d)
         c.equal("dense after sparse", d, torch.full((5,), float(sum(range(world)))))
-    if pg.executed["allreduce/sparse:inner"] != 2:
-        c.failures.append(f"rank {rank}: sparse all-reduces did not go to the inner group: {dict(pg.executed)}")
+    if cg.executed["allreduce/sparse:inner"] != 2:
+        c.failures.append(f"rank {rank}: sparse all-reduces did not go to the inner group: {dict(cg.executed)}")
     c.finish(least=5)
 
 
@@ -103,7 +104,7 @@ def ddp_failing_collective(rank: int, world: int) -> None:
     """A collective that fails inside DDP's backward raises on every rank; the process lives on."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from runners import backend
+    from runners import backend, cpp_backend
 
     ddp = DDP(_embedding_model(seed=0)[1:], process_group=dist.group.WORLD)
 
@@ -112,6 +113,8 @@ def ddp_failing_collective(rank: int, world: int) -> None:
 
     original = backend.CollschedProcessGroup._allreduce_one
     backend.CollschedProcessGroup._allreduce_one = broken  # type: ignore[method-assign]
+    prepare = cpp_backend.Core.prepare  # the C++ backend: its Python path, whose error fails the C++ future
+    cpp_backend.Core.prepare = lambda *args: None  # type: ignore[method-assign,assignment]
     try:
         ddp(torch.ones(2, 6)).sum().backward()
     except RuntimeError as e:
@@ -121,6 +124,7 @@ def ddp_failing_collective(rank: int, world: int) -> None:
         raise AssertionError(f"rank {rank}: backward did not raise")
     finally:
         backend.CollschedProcessGroup._allreduce_one = original  # type: ignore[method-assign]
+        cpp_backend.Core.prepare = prepare  # type: ignore[method-assign]
     # The group still works (a new DDP would re-sync; a plain collective shows the worker is alive).
     t = torch.ones(3)
     dist.all_reduce(t)
@@ -136,10 +140,10 @@ def test_a_failing_collective_under_ddp_raises_instead_of_crashing() -> None:
 
 def monitored(rank: int, world: int) -> None:
     """pg.monitored_barrier: passes when all arrive; names the ranks that do not (gloo's wording)."""
-    from runners.backend import CollschedProcessGroup
+    from runners.backend import collsched_group
 
-    pg = dist.group.WORLD
-    assert isinstance(pg, CollschedProcessGroup)
+    pg = collsched_group()  # the Python group (behind the C++ backend): its method and its call count
+    assert pg is not None
     pg.monitored_barrier(timedelta(seconds=60))
     pg.monitored_barrier(timedelta(seconds=60), wait_all_ranks=True)
     # Rank 2 stays away from this one.

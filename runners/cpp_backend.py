@@ -1,0 +1,201 @@
+"""The ``collsched`` backend in C++ (``runners/csrc/backend.h``): Work objects with real futures, no GIL on a hit.
+
+``wrap(group)`` turns a ``runners.backend.CollschedProcessGroup`` made with an inline queue into the
+C++ ``c10d::Backend`` that torch's creator returns. The C++ backend owns the group's one worker
+thread (a FIFO, as the Python backend's); its collectives return C++ ``Work`` objects whose
+``c10::ivalue::Future`` that thread completes. For dense contiguous CPU tensors of the kinds below,
+the first call of each signature (kind, sizes, dtype, op, root) asks ``Core.prepare`` (here, with
+the GIL) for the policy's plan and its buffer layout; the C++ side caches the answer, and every later
+call of the signature runs without any Python: buffers bound, the plan run over the inner gloo group
+by the native executor, results copied back, the future completed. Everything else (other shapes,
+lists, coalesced calls, sparse tensors, CUDA tensors, ``COLLSCHED_CHECK=1``) runs the Python
+backend's own body for the call on the same worker thread, with the GIL, in issue order
+(``Core.serve``). ``group_of(pg)`` finds the Python group behind either backend (its ``executed``
+counter, policy, ``monitored_barrier``).
+
+Choice: the C++ backend wherever the native extension builds, unless ``COLLSCHED_BACKEND=python`` or
+``COLLSCHED_EXECUTOR=python`` (then the Python backend and its worker thread run, as before).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+
+from algorithms.ir import Buf, Kind
+from runners import native
+from runners.arguments import OP_NAMES, REDUCING, common_count, devices_of, local_check, metadata, segments
+from runners.errors import RunError
+from runners.executors import Context
+from runners.plan import RankPlan, rank_plan
+from runners.policy import P2P, schedule
+from runners.runner import AUTO_CPU
+from runners.switching import SwitchError, on_torch
+
+__all__ = ["ENV_BACKEND", "KINDS", "Core", "group_of", "unavailable", "wrap"]
+
+ENV_BACKEND = "COLLSCHED_BACKEND"
+KINDS = (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL,
+         Kind.BARRIER)
+"""The kinds backend.h serves natively, in its ``Kind`` enum's order."""
+_ROOTED = (Kind.BROADCAST, Kind.REDUCE)
+
+
+def unavailable() -> str | None:
+    """Why the C++ backend is not used (the Python backend runs), or None when it is."""
+    want = os.environ.get(ENV_BACKEND, "").strip().lower() or "cpp"
+    if want not in ("cpp", "python"):
+        raise ValueError(f"{ENV_BACKEND} must be 'cpp' or 'python', got {want!r}")
+    if want == "python":
+        return f"{ENV_BACKEND}=python"
+    if native.chosen() == "python":
+        return native.build_note() or f"{native.ENV_EXECUTOR}=python"
+    return None
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    plan: RankPlan
+    compiled: native.NativePlan
+
+
+class Core:
+    """The Python side of one C++ backend: plans on a signature miss, the Python bodies, errors."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        self._prepared: list[_Prepared] = []
+
+    # ------------------------------------------------------------------ a signature miss (called from C++)
+
+    def prepare(self, kind_index: int, numel_in: int, numel_out: int, dtype: torch.dtype | None, op: int,
+                root: int) -> tuple[Any, ...] | None:
+        """The plan and buffer layout of one signature, for backend.h's ``Spec``; None: the Python path serves it.
+
+        None wherever the Python body would do something the C++ path does not: the direct fallback, a
+        schedule that cannot run, arguments the runner refuses (it then raises its own error), the Python
+        executor. With ``COLLSCHED_CHECK=1`` the answer says so (its last field): the C++ side then runs the
+        first call of the signature through the Python body, whose cross-rank check compares every rank's
+        arguments, and the later ones natively (checked once per signature and group).
+        """
+        g = self.group
+        if native.chosen() != "native":
+            return None
+        kind = KINDS[kind_index]
+        p, rank = g.size(), g.rank()
+        esize = torch.empty(0, dtype=dtype).element_size() if dtype is not None else 1
+        nbytes = {Kind.ALLGATHER: numel_out, Kind.BARRIER: 0}.get(kind, numel_in) * esize
+        choice = g._choose(kind, nbytes)
+        if choice.algorithm == P2P:
+            return None
+        try:
+            sched = on_torch(schedule(kind, choice, p, root if kind in _ROOTED else None))
+        except SwitchError:
+            return None
+        plan = rank_plan(sched, rank)
+        if plan.race is not None:
+            return None
+        tensor = torch.empty(numel_in, dtype=dtype) if kind is not Kind.BARRIER else None
+        output = torch.empty(numel_out, dtype=dtype) if numel_out >= 0 else None
+        code, detail, n = local_check(sched, rank, tensor, output, op, devices_of(g._inner["cpu"]))
+        if code != 0:
+            return None
+        n = common_count([metadata(sched, plan, tensor, output, op, code, detail, n)])
+        if kind is not Kind.BARRIER and n <= 0:
+            return None
+        coll = sched.collective
+        c = coll.chunks
+        s = -(-n // c)
+        padded = s * c != n
+        in_place = coll.in_place
+        in_segs = segments(sched, rank, Buf.INPUT) if kind is not Kind.BARRIER else 0
+        out_segs = 0 if in_place or kind is Kind.BARRIER else segments(sched, rank, Buf.OUTPUT)
+        budget = plan.budget_chunks * s * esize
+        divide = OP_NAMES[op] == "AVG" and kind in REDUCING and (kind is not Kind.REDUCE or rank == root)
+        compiled = native.NativePlan(plan)
+        self._prepared.append(_Prepared(plan, compiled))
+        return (compiled.compiled, s, n, c, in_segs, padded or (plan.writes_input and not in_place),
+                not (kind is Kind.BROADCAST and rank != root), out_segs, padded, in_place,
+                sched.scratch_chunks * s, budget, op, AUTO_CPU.get(kind, "dataflow") == "dataflow", divide,
+                kind is Kind.REDUCE and rank != root, kind is Kind.BARRIER, f"{kind}/{choice}",
+                len(self._prepared) - 1, bool(g._check))
+
+    def native_failure(self, index: int, status: int, item: int, text: str, late: bool, seconds: float) -> None:
+        """Raise what the Python executor raises for a failed native run (the same words: runners.executors)."""
+        plan = self._prepared[index].plan
+        g = self.group
+        if status == 3 or item < 0:
+            raise RunError(f"rank {plan.rank}: {plan.schedule.name}: native executor: {text}")
+        error: BaseException = TimeoutError(text) if status == 2 else RuntimeError(text)
+        deadline = time.monotonic() if late else math.inf
+        ctx = Context(plan, cast(Any, None), g._inner["cpu"], list(g._global_ranks), cast(Any, None), seconds,
+                      deadline)
+        raise ctx.failure(plan.items[item], error)
+
+    # ------------------------------------------------------------------ the Python path (called from C++)
+
+    def serve(self, method: str, args: tuple[Any, ...]) -> list[torch.Tensor]:
+        """Run the Python backend's ``method`` now (its queue is inline) and return its output tensors."""
+        work = getattr(self.group, method)(*args)
+        work.wait()
+        return _tensors(work.get_future().value())
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> Any:
+        return self.group.send(tensors, dst, tag)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> Any:
+        return self.group.recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> Any:
+        return self.group.recv_anysource(tensors, tag)
+
+    def monitored_barrier(self, timeout: Any, wait_all_ranks: bool) -> None:
+        self.group.monitored_barrier(timeout, wait_all_ranks)
+
+    def shutdown(self) -> None:
+        self.group.shutdown()
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, Sequence):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def wrap(group: Any) -> Any:
+    """The C++ backend around ``group`` (a ``CollschedProcessGroup`` made with ``inline=True``)."""
+    module = native.load()
+    counts = module.Counts()
+    group._native_counts = counts
+    core = Core(group)
+    return module.make_backend(group.rank(), group.size(), core, group._inner["cpu"],
+                               group._timeout.total_seconds(), counts, True)
+
+
+def group_of(pg: Any = None) -> Any:
+    """The Python ``CollschedProcessGroup`` behind ``pg`` (default: the world), under either backend; None if
+    ``pg`` is not a collsched group."""
+    pg = dist.group.WORLD if pg is None else pg
+    if hasattr(pg, "executed"):
+        return pg
+    module = native.load()
+    if module is None or not isinstance(pg, dist.ProcessGroup):
+        return None
+    for device in ("cpu", "cuda"):
+        try:
+            backend = pg._get_backend(torch.device(device))
+        except (RuntimeError, ValueError):
+            continue
+        core = module.core_of(backend)
+        if core is not None:
+            return core.group
+    return None

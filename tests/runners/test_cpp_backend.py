@@ -1,0 +1,134 @@
+"""The C++ ``collsched`` backend (runners/csrc/backend.h, runners.cpp_backend): GIL-free hits, the signature cache,
+issue order across its two paths, errors raised again at every wait.
+
+Its results against gloo are checked by tests/runners/test_backend.py, whose cases run on it (the native engine)
+and on the Python backend (the Python engine) in turns.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from runners import native
+from runners.launch import spawn
+
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _finishes_while_python_spins(rank: int, group: dist.ProcessGroup, cap: float) -> bool:
+    """Rank 0: an async all_reduce in flight (rank 1 joins 1.5 s late) while this thread spins in pure Python
+    holding the GIL (switch interval raised); whether its Work completed, with the result, during the spinning.
+
+    Under the Python backend the native executor moves the data without the GIL too, but its worker thread
+    needs the GIL to complete the Work: the Work is the difference."""
+    dist.all_reduce(torch.ones(64), group=group)  # the signature is prepared: the next call is a cache hit
+    dist.barrier()
+    x = torch.full((64,), float(rank + 1))
+    if rank == 1:
+        time.sleep(1.5)
+        dist.all_reduce(x, group=group)
+        return True
+    work = dist.all_reduce(x, group=group, async_op=True)
+    time.sleep(0.5)
+    view = x.numpy()  # numpy indexing keeps the GIL
+    done = work.is_completed
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        end = time.monotonic() + cap
+        finished = False
+        while time.monotonic() < end:
+            if done() and view[0] == 3.0:
+                finished = True
+                break
+    finally:
+        sys.setswitchinterval(interval)
+    work.wait()
+    return finished
+
+
+def backend_job(rank: int) -> dict[str, object]:
+    from runners import cpp_backend
+
+    got: dict[str, object] = {}
+    calls: list[int] = []
+    prepare = cpp_backend.Core.prepare
+
+    def counted(self: cpp_backend.Core, *args: object) -> object:
+        calls.append(int(args[0]))  # type: ignore[call-overload]
+        return prepare(self, *args)  # type: ignore[arg-type]
+
+    cpp_backend.Core.prepare = counted  # type: ignore[method-assign]
+    os.environ[cpp_backend.ENV_BACKEND] = "cpp"
+    g = dist.new_group(backend="collsched")
+    got["backend"] = type(g._get_backend(torch.device("cpu"))).__name__
+    # Five all-reduces of one signature, one of another: two questions to Python. Closed form: sum of ranks + i.
+    sums = []
+    for i in range(5):
+        x = torch.full((1000,), float(rank + i))
+        dist.all_reduce(x, group=g)
+        sums.append(x[0].item())
+    y = torch.arange(10, dtype=torch.int64) * (rank + 1)
+    dist.all_reduce(y, group=g, op=dist.ReduceOp.MAX)
+    got["sums"], got["max"], got["prepared"] = sums, y.tolist(), list(calls)
+    # Issue order across the two paths: native, Python (an all_gather into a list), native; waited in reverse.
+    a, b = torch.full((1000,), 1.0), torch.full((1000,), 2.0)
+    outs = [torch.empty(3) for _ in range(2)]
+    works = [dist.all_reduce(a, group=g, async_op=True),
+             dist.all_gather(outs, torch.full((3,), float(rank)), group=g, async_op=True),
+             dist.all_reduce(b, group=g, async_op=True)]
+    order: list[int] = []
+    for i, w in enumerate(works):
+        assert w is not None
+        w.get_future().then(lambda _f, i=i: order.append(i))
+    for w in reversed(works):
+        assert w is not None
+        w.wait()
+    time.sleep(0.05)
+    got["order"], got["mixed"] = order, [a[0].item(), [o[0].item() for o in outs], b[0].item()]
+    # A failed collective raises its own error type at every wait(), then the group goes on.
+    bad = dist.all_reduce(torch.ones(4), group=g, op=dist.ReduceOp.BAND, async_op=True)
+    assert bad is not None
+    raised = []
+    for _ in range(2):
+        try:
+            bad.wait()
+        except Exception as e:  # the runner's InputError, not a RuntimeError wrapping it
+            raised.append(type(e).__name__)
+    got["raised"] = raised
+    got["signatures"] = native.load().native_signatures(g._get_backend(torch.device("cpu")))
+    # A collective in flight finishes while Python holds the GIL, on the C++ backend only (the control: Python's).
+    got["gil_cpp"] = _finishes_while_python_spins(rank, g, 4.0)
+    os.environ[cpp_backend.ENV_BACKEND] = "python"
+    control = dist.new_group(backend="collsched")
+    got["gil_python"] = _finishes_while_python_spins(rank, control, 4.0)
+    dist.destroy_process_group(g)
+    dist.destroy_process_group(control)
+    return got
+
+
+@pytest.mark.slow
+def test_the_cpp_backend_caches_signatures_keeps_order_and_needs_no_gil() -> None:
+    if not native.available():
+        pytest.skip(f"native extension not built: {native.build_note()}")
+    got = spawn(backend_job, 2, timeout=240)
+    for rank, r in enumerate(got):
+        assert r["backend"] == "Backend", r  # a C++ c10d::Backend, not the Python ProcessGroup
+        assert r["sums"] == [float(0 + 1 + 2 * i) for i in range(5)], r
+        assert r["max"] == [2 * k for k in range(10)], r
+        assert r["prepared"] == [0, 0], r  # one question per signature (KINDS[0]: allreduce), then hits
+        assert r["order"] == [0, 1, 2], r
+        assert r["mixed"] == [2.0, [0.0, 1.0], 4.0], r
+        assert r["raised"] == ["InputError", "InputError"], r
+        assert r["signatures"] == 2, r  # BAND on floats is refused in Python: no native signature for it
+        if rank == 0:
+            assert (r["gil_cpp"], r["gil_python"]) == (True, False), r
