@@ -238,7 +238,6 @@ def correctness_job(rank: int, dtypes: list[str], subgroup: list[int] | None, se
     return failures
 
 
-FAST_DTYPES = ["float32", "int64", "bfloat16", "bool", "complex64"]
 ALL_DTYPES = ["int64", "float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "bool",
               "complex64", "complex128"]
 
@@ -250,12 +249,13 @@ def _check(results: list[list[str]]) -> None:
 
 @pytest.mark.multiprocess
 def test_every_kind_matches_torch_on_4_ranks_and_a_subgroup() -> None:
-    _check(spawn(correctness_job, 4, FAST_DTYPES, [1, 2, 3], 4, timeout=600))
+    # Three dtypes here (a float, an integer, bool); every dtype runs at 2 and 3 ranks.
+    _check(spawn(correctness_job, 4, ["float32", "int64", "bool"], [1, 2, 3], 4, timeout=600))
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize(("p", "dtypes"), [(2, ALL_DTYPES), (5, FAST_DTYPES), (8, ["int64", "float32"])])
+@pytest.mark.parametrize(("p", "dtypes"), [(2, ALL_DTYPES), (5, ["float32", "int64"]), (8, ["int64"])])
 def test_every_kind_and_dtype_matches_torch(p: int, dtypes: list[str]) -> None:
     # At 5 and 8 ranks on 2 cores a case costs most: each case runs on one executor, in turns (every case
     # runs on both executors at 2, 3 and 4 ranks).
