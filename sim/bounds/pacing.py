@@ -56,7 +56,8 @@ def pipelines(trees: list[np.ndarray], size: int = PIPELINE) -> list[tuple[np.nd
     return out
 
 
-def _children(parent: np.ndarray, root: int) -> list[list[int]]:
+def children(parent: np.ndarray, root: int) -> list[list[int]]:
+    """Each rank's children in the tree given by ``parent`` (the root's own entry is ignored)."""
     kids: list[list[int]] = [[] for _ in range(len(parent))]
     for v, u in enumerate(parent.tolist()):
         if v != root:
@@ -64,12 +65,8 @@ def _children(parent: np.ndarray, root: int) -> list[list[int]]:
     return kids
 
 
-def emit_out(e: Any, phase: int, root: int, parent: np.ndarray, js: list[int], lane: int,
-             src: Callable[[int], Slot], dst: Callable[[int], Slot]) -> None:
-    """Chunks ``js`` down an out-tree as one pipeline: chunk j leaves the root from ``src(j)`` and lands in
-    ``dst(j)`` everywhere; every edge sends through its lane of group ``lane`` (``packing._Emitter`` with one
-    lane per group), the i-th chunk at depth d with priority 2i + d."""
-    kids = _children(parent, root)
+def edges_by_depth(kids: list[list[int]], root: int) -> list[tuple[int, int, int]]:
+    """The tree's edges as (depth of the edge, parent, child), depth first from the root."""
     order: list[tuple[int, int, int]] = []
     frontier = [(root, 0)]
     while frontier:
@@ -77,6 +74,30 @@ def emit_out(e: Any, phase: int, root: int, parent: np.ndarray, js: list[int], l
         for v in kids[u]:
             order.append((d + 1, u, v))
             frontier.append((v, d + 1))
+    return order
+
+
+def heights(kids: list[list[int]], root: int) -> tuple[list[int], list[int]]:
+    """The ranks in depth-first order from the root, and each rank's height (0 for a leaf)."""
+    height = [0] * len(kids)
+    order: list[int] = []
+    stack = [root]
+    while stack:
+        u = stack.pop()
+        order.append(u)
+        stack.extend(kids[u])
+    for u in reversed(order):
+        for v in kids[u]:
+            height[u] = max(height[u], height[v] + 1)
+    return order, height
+
+
+def emit_out(e: Any, phase: int, root: int, parent: np.ndarray, js: list[int], lane: int,
+             src: Callable[[int], Slot], dst: Callable[[int], Slot]) -> None:
+    """Chunks ``js`` down an out-tree as one pipeline: chunk j leaves the root from ``src(j)`` and lands in
+    ``dst(j)`` everywhere; every edge sends through its lane of group ``lane`` (``packing._Emitter`` with one
+    lane per group), the i-th chunk at depth d with priority 2i + d."""
+    order = edges_by_depth(children(parent, root), root)
     for i, j in enumerate(js):
         for d, u, v in order:
             e.send(phase, 2 * i + d, u, src(j) if u == root else dst(j), v, dst(j), staged=lane)
@@ -87,18 +108,8 @@ def emit_in(e: Any, phase: int, root: int, parent: np.ndarray, js: list[int], la
     """Chunks ``js`` up an in-tree as one pipeline, reducing: a leaf v sends its own ``own(v, j)``, an inner
     rank its sum ``acc(v, j)``, into the parent's ``acc``; every edge through its lane of group ``lane``, a rank
     at height h sending the i-th chunk with priority 2i + h + 1, after its children."""
-    kids = _children(parent, root)
-    n = len(parent)
-    height = [0] * n
-    order: list[int] = []
-    stack = [root]
-    while stack:
-        u = stack.pop()
-        order.append(u)
-        stack.extend(kids[u])
-    for u in reversed(order):
-        for v in kids[u]:
-            height[u] = max(height[u], height[v] + 1)
+    kids = children(parent, root)
+    order, height = heights(kids, root)
     for i, j in enumerate(js):
         for v in order:
             if v != root:

@@ -62,7 +62,7 @@ import numpy as np
 
 from algorithms.errors import CollschedError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
-from sim.bounds.pacing import PIPELINE
+from sim.bounds.pacing import PIPELINE, children, edges_by_depth, heights
 from sim.bounds.pacing import emit_in as _paced_in
 from sim.bounds.pacing import emit_out as _paced_out
 from sim.bounds.pacing import pipelines as _pipelines
@@ -513,26 +513,11 @@ def _groups(trees: list[np.ndarray]) -> list[tuple[np.ndarray, list[int]]]:
     return list(by.values())
 
 
-def _children(parent: np.ndarray, root: int) -> list[list[int]]:
-    kids: list[list[int]] = [[] for _ in range(len(parent))]
-    for v, u in enumerate(parent.tolist()):
-        if v != root:
-            kids[u].append(v)
-    return kids
-
-
 def _emit_out(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[int],
               src: Callable[[int], Slot], dst: Callable[[int], Slot]) -> None:
     """Chunks ``js`` down an out-tree: chunk j leaves the root from ``src(j)`` and lands in
     ``dst(j)`` everywhere; an edge at depth d has priority 2j + d."""
-    kids = _children(parent, root)
-    order: list[tuple[int, int, int]] = []  # (depth of the edge, u, v)
-    frontier = [(root, 0)]
-    while frontier:
-        u, d = frontier.pop()
-        for v in kids[u]:
-            order.append((d + 1, u, v))
-            frontier.append((v, d + 1))
+    order = edges_by_depth(children(parent, root), root)  # (depth of the edge, u, v)
     for j in js:
         for d, u, v in order:
             e.send(phase, 2 * j + d, u, src(j) if u == root else dst(j), v, dst(j),
@@ -544,18 +529,8 @@ def _emit_in(e: _Emitter, phase: int, root: int, parent: np.ndarray, js: list[in
     """Chunks ``js`` up an in-tree, reducing: a leaf v sends its own ``own(v, j)``, an inner rank
     its sum ``acc(v, j)`` (which must already hold its own piece), each reduced into the parent's
     ``acc``; a rank at height h sends with priority 2j + h + 1, after its children."""
-    kids = _children(parent, root)
-    n = len(parent)
-    height = [0] * n
-    order: list[int] = []
-    stack = [root]
-    while stack:
-        u = stack.pop()
-        order.append(u)
-        stack.extend(kids[u])
-    for u in reversed(order):
-        for v in kids[u]:
-            height[u] = max(height[u], height[v] + 1)
+    kids = children(parent, root)
+    order, height = heights(kids, root)
     for j in js:
         for v in order:
             if v != root:
