@@ -74,6 +74,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     b = None if schedule.name.startswith("custom:") or not want_bound(args, topo.ranks) else bound_for(
         schedule.collective.kind, schedule.collective.root, topo, size, opts["faults"], schedule.collective)
     eff = {"bound_s": b.bound_s, "efficiency": b.efficiency(result.time)} if b is not None else {}
+    lp = _lp_of(schedule, topo if opts["faults"] is None else opts["faults"].apply(topo), size) \
+        if b is not None else None
+    if lp is not None:  # all-to-all(v): the cut bound is loose there; the max-concurrent-flow LP is exact
+        eff |= {"lp_bound_s": lp.bound_s, "lp_efficiency": lp.efficiency(result.time)}
     if args.json:
         print(json.dumps({**result.to_dict(), "wall_s": wall, "peak_rss_MiB": peak_rss_mib(),
                           "stretched_pairs": [list(t) for t in stretched], **eff}))
@@ -84,12 +88,31 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if b is not None:
             print(f"  bound      {human_time(b.bound_s)} (`collsched bound`), efficiency "
                   f"{100 * b.efficiency(result.time):.1f}%")
+            if lp is not None:
+                print(f"  LP bound   {human_time(lp.bound_s)} (max-concurrent flow, exact for all-to-all), "
+                      f"efficiency {100 * lp.efficiency(result.time):.1f}%")
         elif not want_bound(args, topo.ranks):
             print(f"  bound      not computed above {BOUND_AUTO_RANKS} ranks (--bound yes, or `collsched bound`)")
         _print_stretched(stretched, topo, args.placement if topo.ranks == topo.graph.number_of_nodes() else "")
     if schedule.name.startswith("custom:"):  # an MSCCL-IR custom program: timing only, no postcondition
         return 0
     return 0 if result.ok else 1
+
+
+def _lp_of(schedule: Any, topo: Any, size: float) -> Any:
+    """The all-to-all(v) LP bound (``sim.bounds.lp``) of a run on ``topo`` (with the run's faults applied), or
+    None: another kind, or an LP too big for this machine (``sim.guards``: then the cut bound alone)."""
+    from sim.guards import ResourceError, guard_lp
+
+    if schedule.collective.kind not in (Kind.ALLTOALL, Kind.ALLTOALLV):
+        return None
+    try:
+        guard_lp(topo.ranks, len(topo.links))
+    except ResourceError:
+        return None
+    from sim.bounds.lp import bound_traffic
+
+    return bound_traffic(topo, schedule.collective, size)
 
 
 def _print_stretched(stretched: Sequence[tuple[int, int, int]], topo: Any, placement: str) -> None:

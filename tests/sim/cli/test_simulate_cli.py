@@ -441,3 +441,22 @@ def test_engine_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and json.loads(out)["engine"] == "simpy"
     code, out, _err = run(capsys, *common, "--message-cpu", "1us", "--engine", "fast")
     assert code == 2 and "engine fast does not model message_cpu" in json.loads(out)["error"]
+
+
+def test_an_alltoall_simulation_reports_its_lp_bound_and_efficiency(capsys: pytest.CaptureFixture[str]) -> None:
+    # By hand: on a bidirectional ring of 8 ranks at B = 25 GB/s a link each way, a uniform all-to-all of
+    # M bytes per rank sends m = M/8 to each peer, at distances 1,1,2,2,3,3,4 (sum 16): 8·16·m bytes of
+    # link traffic over 16 directed links, m·8 = M bytes each at best, so the LP's throughput term is M/B.
+    size = 64 * 2**20
+    code, out, _ = run(capsys, "simulate", "-c", "alltoall", "-a", "bruck", "-t", "ring:8", "--bandwidth", "25GB/s",
+                       "-s", "64MiB", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["lp_bound_s"] == pytest.approx(size / 25e9, rel=1e-6)
+    assert doc["lp_efficiency"] == pytest.approx(doc["lp_bound_s"] / doc["time_s"], rel=1e-9)
+    assert doc["lp_bound_s"] > doc["bound_s"]  # the cut bound is looser here
+    code, out, _ = run(capsys, "simulate", "-c", "alltoall", "-a", "bruck", "-t", "ring:8", "--bandwidth", "25GB/s",
+                       "-s", "64MiB")
+    assert f"efficiency {100 * doc['lp_efficiency']:.1f}%" in next(x for x in out.splitlines() if "LP bound" in x)
+    code, out, _ = run(capsys, "simulate", "-c", "allgather", "-a", "ring", "-t", "ring:8", "-s", "64MiB", "--json")
+    assert "lp_bound_s" not in json.loads(out)
