@@ -21,8 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import networkx as nx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms import matrices
@@ -32,26 +30,16 @@ from sim.bounds.lp import bound_alltoall, bound_traffic, uniform_matrix
 from sim.bounds.packing import synthesize
 from sim.engine.reference import simulate
 from sim.topology import Topology, from_spec
-from sim.topology.files import dumps, loads
+from sim.topology.files import as_file
 
 GIB = 2**30
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "benchmarks" / "heldout"
 
 
-def as_file(spec: str) -> Topology:
-    """The topology of ``spec`` written out link for link under other switch names, read back as a file."""
-    t = from_spec(spec)
-    names = {s: f"sw-{k}" for k, s in enumerate(x for x in t.graph.nodes if isinstance(x, str))}
-    g = nx.DiGraph()
-    for u, v, a in t.graph.edges(data=True):
-        g.add_edge(names.get(u, u), names.get(v, v), **a)
-    return loads(dumps(Topology(g, f"file-of-{spec}.json")))
-
-
 def topology(name: str) -> Topology:
     if name.startswith("file:"):
-        return as_file(name[5:])
+        return as_file(from_spec(name[5:]), f"file-of-{name[5:]}.json")
     path = HELDOUT / f"{name}.json"
     return from_spec(str(path) if path.is_file() else name)
 

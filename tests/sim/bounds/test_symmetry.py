@@ -10,8 +10,7 @@ from sim.bounds.cuts import bound
 from sim.bounds.packing import synthesize
 from sim.bounds.symmetry import rank_orbits
 from sim.engine.reference import simulate
-from sim.topology import Topology, from_spec
-from sim.topology.files import dumps, loads
+from sim.topology import Topology, files, from_spec
 
 GIB = 2**30
 
@@ -31,13 +30,7 @@ def two_level() -> Topology:
 
 
 def as_file(spec: str) -> Topology:
-    """The topology of ``spec`` written out link for link under other switch names and read back as a file."""
-    t = from_spec(spec)
-    names = {s: f"sw-{k}" for k, s in enumerate(x for x in t.graph.nodes if isinstance(x, str))}
-    g = nx.DiGraph()
-    for u, v, a in t.graph.edges(data=True):
-        g.add_edge(names.get(u, u), names.get(v, v), **a)
-    return loads(dumps(Topology(g, "my-cluster.json")))
+    return files.as_file(from_spec(spec), "my-cluster.json")
 
 
 def automorphism_here(t: Topology, perm: list[int]) -> bool:
