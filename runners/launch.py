@@ -3,7 +3,8 @@
 ``init()`` reads torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR`` and ``MASTER_PORT``; with nccl each process uses the GPU of
 its ``LOCAL_RANK``. ``spawn(fn, nprocs, *args)`` starts ``nprocs`` local
-processes on a free port, runs ``fn(rank, *args)`` in each inside an
+processes on a free port (from a fork server with torch imported, where the
+platform has one), runs ``fn(rank, *args)`` in each inside an
 initialised group, destroys the group at the end of each process (a gloo
 group alive at interpreter exit can abort it), and returns every rank's
 return value, or raises ``SpawnError`` with every rank's outcome.
@@ -24,7 +25,7 @@ from typing import Any
 
 from algorithms.errors import CollschedError
 
-__all__ = ["Outcome", "SpawnError", "free_port", "init", "spawn"]
+__all__ = ["ENV_START", "Outcome", "SpawnError", "free_port", "init", "spawn", "start_method"]
 
 
 class SpawnError(CollschedError, RuntimeError):
@@ -88,8 +89,31 @@ def init(backend: str | None = None, *, timeout: float | None = None) -> tuple[i
     return dist.get_rank(), dist.get_world_size()
 
 
+ENV_START = "COLLSCHED_START_METHOD"
+# Imported once by the fork server, so that a rank starts without importing them (seconds each, on few cores).
+PRELOAD = ("torch", "torch.distributed")
+
+
+def start_method() -> str:
+    """How ranks start: ``forkserver`` with torch preloaded where the platform has it (each rank is forked from
+    one clean, single-threaded server process, so it starts in a fraction of a second instead of importing
+    torch anew), else ``spawn``; ``COLLSCHED_START_METHOD`` chooses. A rank of a fork server does not see the
+    caller's environment by itself: pass ``dict(os.environ)`` along (``spawn`` does)."""
+    methods = mp.get_all_start_methods()
+    method = os.environ.get(ENV_START) or ("forkserver" if "forkserver" in methods else "spawn")
+    if method not in ("forkserver", "spawn") or method not in methods:
+        raise CollschedError(f"{ENV_START}={method!r}: expected forkserver or spawn (this platform has "
+                             f"{', '.join(m for m in methods if m in ('forkserver', 'spawn'))})")
+    if method == "forkserver":
+        mp.get_context(method).set_forkserver_preload(list(PRELOAD))
+    return method
+
+
 def _child(rank: int, nprocs: int, port: int, backend: str, timeout: float | None, fn: Callable[..., Any],
-           args: tuple[Any, ...], results: Any) -> None:
+           args: tuple[Any, ...], results: Any, env: dict[str, str]) -> None:
+    # The caller's environment as it is now (a fork server keeps the one it started with), then the rank's.
+    os.environ.clear()
+    os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
     import torch
@@ -113,6 +137,9 @@ def spawn(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str = "gloo"
           group_timeout: float | None = None) -> list[Any]:
     """Run ``fn(rank, *args)`` in ``nprocs`` fresh processes with a process group; their return values.
 
+    The processes start from a fork server with torch imported (``start_method``; ``COLLSCHED_START_METHOD=spawn``
+    starts fresh interpreters instead) and see this process's environment as it is at the call.
+
     ``fn`` and its arguments must be picklable (a module-level function).
     ``timeout`` bounds the whole job: ranks still running then are killed.
     ``group_timeout`` is the process group's own timeout (torch's default when None).
@@ -120,10 +147,11 @@ def spawn(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str = "gloo"
     """
     if nprocs < 1:
         raise CollschedError(f"nprocs must be >= 1, got {nprocs}")
-    ctx = mp.get_context("spawn")
+    ctx: Any = mp.get_context(start_method())
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_child, args=(r, nprocs, port, backend, group_timeout, fn, args, results),
+    env = dict(os.environ)
+    procs = [ctx.Process(target=_child, args=(r, nprocs, port, backend, group_timeout, fn, args, results, env),
                          daemon=False) for r in range(nprocs)]
     for proc in procs:
         proc.start()

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from runners.launch import free_port
+from runners.launch import free_port, start_method
 
 R = dist.ReduceOp
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -35,8 +35,9 @@ ARITH_OPS = (R.SUM, R.PRODUCT, R.MIN, R.MAX)
 def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., None], env: dict[str, str],
            args: tuple[Any, ...]) -> None:
     # A hung collective must fail the test, not the whole suite: dump every thread's stack and exit.
-    faulthandler.dump_traceback_later(float(os.environ.get("COLLSCHED_TEST_TIMEOUT", "300")), exit=True)
+    os.environ.clear()  # the caller's environment (a fork server's rank starts with the server's)
     os.environ.update(env)
+    faulthandler.dump_traceback_later(float(os.environ.get("COLLSCHED_TEST_TIMEOUT", "300")), exit=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     import runners.backend  # noqa: F401  (registers collsched)
 
@@ -59,8 +60,10 @@ def _bare_entry(rank: int, world: int, port: int, backend: str) -> None:
 
 def spawn(fn: Callable[..., None], nprocs: int, *args: Any, backend: str = "collsched",
           env: dict[str, str] | None = None) -> None:
-    """Run ``fn(rank, world, *args)`` on ``nprocs`` spawned ranks inside an initialised group."""
-    mp.spawn(_entry, args=(nprocs, free_port(), backend, fn, env or {}, args), nprocs=nprocs, join=True)
+    """Run ``fn(rank, world, *args)`` on ``nprocs`` ranks inside an initialised group, with this process's
+    environment and ``env`` (ranks start as ``runners.launch.spawn``'s do: ``start_method``)."""
+    mp.start_processes(_entry, args=(nprocs, free_port(), backend, fn, {**os.environ, **(env or {})}, args),
+                       nprocs=nprocs, join=True, start_method=start_method())
 
 
 @dataclass

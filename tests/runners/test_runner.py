@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from algorithms import registry
 from algorithms.builder import ScheduleBuilder
+from algorithms.errors import CollschedError
 from algorithms.ir import Collective, Kind, Schedule
 from runners import executors
 from runners import native as native_module
@@ -192,16 +193,53 @@ def _one_run(sched: Schedule, data: torch.Tensor | None, ref: torch.Tensor | Non
 
 
 def sizes(rng: random.Random, chunks: int) -> list[int]:
-    return [0, 1, max(chunks - 1, 1), chunks * 3, rng.randrange(2, 400)]
+    """Edge sizes (0, 1, fewer than C, a multiple of C), each once, then a random one."""
+    return [*dict.fromkeys([0, 1, max(chunks - 1, 1), chunks * 3]), rng.randrange(2, 400)]
+
+
+def plan_cases(scheds: list[Schedule], dtypes: list[str], rng: random.Random, offset: int) -> list[tuple[Any, ...]]:
+    """The (schedule, dtype, op, n, exact) cases of a job: a covering design, not the full product.
+
+    Every schedule runs on the first dtype at every edge size (0, 1, fewer than C, uneven) with the kind's
+    first op, and once with each of its other ops; then on two more dtypes in turn (``offset`` shifts the turn,
+    so each world size pairs other schedules with each dtype), each with the next op of that dtype's own
+    rotation, and every float dtype once on random values. Each (dtype, op) that a reducing kind accepts so
+    comes up on several schedules, each schedule on three dtypes; ``uncovered`` checks the first."""
+    cases: list[tuple[Any, ...]] = []
+    first, rest = dtypes[0], dtypes[1:]
+    turn = {d: 0 for d in rest}
+    for si, sched in enumerate(scheds):
+        kind = sched.collective.kind
+        picked = list(dict.fromkeys(rest[(2 * si + j + offset) % len(rest)] for j in range(2))) if rest else []
+        for dt_name in [first, *picked]:
+            dtype = getattr(torch, dt_name)
+            ops = valid_ops(kind, dtype)
+            every = sizes(rng, sched.collective.chunks)
+            if dt_name == first:
+                cases += [(sched, dtype, ops[0], n, True) for n in every]
+                cases += [(sched, dtype, op, every[-1], True) for op in ops[1:]]
+            else:
+                cases.append((sched, dtype, ops[turn[dt_name] % len(ops)], every[-1], True))
+                turn[dt_name] += kind in REDUCING
+            if dtype.is_floating_point:
+                cases.append((sched, dtype, "SUM", rng.randrange(1, 3000), False))
+    return cases
+
+
+def uncovered(cases: list[tuple[Any, ...]], dtypes: list[str]) -> set[tuple[str, str]]:
+    """The (dtype, op) pairs of a reducing kind that no case runs."""
+    want = {(d, op) for d in dtypes for op in valid_ops(Kind.ALLREDUCE, getattr(torch, d))}
+    return want - {(str(dt)[6:], op) for sched, dt, op, _, _ in cases if sched.collective.kind in REDUCING}
 
 
 def correctness_job(rank: int, dtypes: list[str], subgroup: list[int] | None, seed: int,
                     alternate: bool = False) -> list[str]:
-    """Every schedule x dtype x valid op on random sizes, against torch; the failures of this rank.
+    """Every schedule on random sizes, dtypes and ops (``plan_cases``), against torch; this rank's failures.
 
     ``alternate``: each case runs on one executor, taking turns case by case (the same on every rank:
-    the case count is), instead of on every executor; for the large worlds, where a case costs most."""
-    cases = 0
+    the case count is), instead of on every executor; for the large worlds, where a case costs most, and
+    always on the subgroup."""
+    count = 0
     world = dist.get_world_size()
     failures: list[str] = []
     jobs: list[tuple[Any, list[Schedule]]] = [(None, schedules(world))]
@@ -212,26 +250,20 @@ def correctness_job(rank: int, dtypes: list[str], subgroup: list[int] | None, se
     for group, scheds in jobs:
         # On the subgroup, groups go through dist.batch_isend_irecv's P2POps as on nccl (group ranks, tags).
         executors.FORCE_BATCH_API = group is not None
-        for sched in scheds:
-            for dt_name in dtypes:
-                dtype = getattr(torch, dt_name)
-                for op in valid_ops(sched.collective.kind, dtype):
-                    # Every edge size (0, 1, fewer than C, uneven) on the first dtype; one random size on the rest.
-                    every = sizes(rng, sched.collective.chunks)
-                    for n in every if dt_name == dtypes[0] else every[-1:]:
-                        turn = (EXECUTORS[cases % len(EXECUTORS)],) if alternate else None
-                        engine = ENGINES[cases // len(EXECUTORS) % len(ENGINES) if alternate else cases % 2]
-                        cases += 1
-                        err = one_case(sched, dtype, op, n, rng.randrange(1 << 30), group, exact=True,
-                                       executors_=turn, engine=engine)
-                        if err:
-                            failures.append(err)
-                if dtype.is_floating_point:
-                    cases += 1
-                    err = one_case(sched, dtype, "SUM", rng.randrange(1, 3000), rng.randrange(1 << 30), group,
-                                   exact=False, engine=ENGINES[cases % 2])
-                    if err:
-                        failures.append(err)
+        # The subgroup is there for group ranks and tags, so the first dtype serves it.
+        mine = dtypes if group is None else dtypes[:1]
+        cases = plan_cases(scheds, mine, rng, world + (group is not None))
+        if scheds and any(sched.collective.kind in REDUCING for sched in scheds):
+            failures += [f"the job leaves {d} {op} untested" for d, op in sorted(uncovered(cases, mine))]
+        for sched, dtype, op, n, exact in cases:
+            turns = alternate or group is not None  # the subgroup's cases take turns too
+            turn = (EXECUTORS[count % len(EXECUTORS)],) if turns else None
+            engine = ENGINES[count // len(EXECUTORS) % len(ENGINES) if turns else count % 2]
+            count += 1
+            err = one_case(sched, dtype, op, n, rng.randrange(1 << 30), group, exact=exact,
+                           executors_=turn if exact else None, engine=engine)
+            if err:
+                failures.append(err)
         if group is not None:
             dist.barrier()
             dist.destroy_process_group(group)
@@ -265,6 +297,21 @@ def test_every_kind_and_dtype_matches_torch(p: int, dtypes: list[str]) -> None:
 @pytest.mark.multiprocess
 def test_every_dtype_matches_torch_on_3_ranks() -> None:
     _check(spawn(correctness_job, 3, ALL_DTYPES, None, 3, timeout=600))
+
+
+def test_the_case_plan_covers_every_schedule_dtype_and_op() -> None:
+    # The jobs above run a covering design (plan_cases), so check the design itself, without processes.
+    for p, dtypes in ((2, ALL_DTYPES), (3, ALL_DTYPES), (4, ["float32", "int64", "bool"]), (8, ["int64"])):
+        scheds = schedules(p)
+        cases = plan_cases(scheds, dtypes, random.Random(p), p)
+        assert uncovered(cases, dtypes) == set(), p
+        for sched in scheds:  # every edge size on the first dtype
+            mine = {(str(dt)[6:], n) for s, dt, _, n, _ in cases if s is sched}
+            assert {n for d, n in mine if d == dtypes[0]} >= {0, 1}, sched.name
+            assert len({d for d, _ in mine}) == min(3, len(dtypes)), sched.name
+    # ... and that the coverage check finds a gap: two reducing schedules cannot carry ten dtypes' ops.
+    few = [s for s in schedules(2) if s.collective.kind in REDUCING][:2]
+    assert ("bool", "BXOR") in uncovered(plan_cases(few, ALL_DTYPES, random.Random(0), 2), ALL_DTYPES)
 
 
 # ------------------------------------------------------------------ bad inputs
@@ -488,3 +535,24 @@ def warm_up_job(rank: int) -> list[int]:
 def test_a_group_not_bound_to_a_device_gets_one_collective_before_its_first_run() -> None:
     # On nccl this makes the group's own communicator (with every rank) before any batch_isend_irecv.
     assert spawn(warm_up_job, 2, timeout=120) == [[1, 1, 2], [1, 1, 2]]
+
+
+def environment_job(rank: int, name: str) -> tuple[str | None, bool]:
+    import sys
+
+    return os.environ.get(name), "torch" in sys.modules
+
+
+@pytest.mark.multiprocess
+def test_spawned_ranks_see_the_callers_environment_as_it_is_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runners import launch
+
+    spawn(environment_job, 2, "COLLSCHED_PROBE")  # the fork server (where there is one) starts here
+    for value in ("one", "two"):  # set after the server started, which a fork server's rank would not see
+        monkeypatch.setenv("COLLSCHED_PROBE", value)
+        assert spawn(environment_job, 2, "COLLSCHED_PROBE") == [(value, True)] * 2
+    monkeypatch.setenv(launch.ENV_START, "fork")
+    with pytest.raises(CollschedError, match="COLLSCHED_START_METHOD='fork': expected forkserver or spawn"):
+        spawn(environment_job, 2, "COLLSCHED_PROBE")
+    monkeypatch.setenv(launch.ENV_START, "spawn")
+    assert spawn(environment_job, 2, "COLLSCHED_PROBE") == [("two", True)] * 2

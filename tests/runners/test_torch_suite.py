@@ -2,8 +2,9 @@
 
 A selection of ``torch.testing._internal.distributed.distributed_test`` (the suite PyTorch runs against
 gloo and nccl) that covers the collectives, point-to-point messaging with tags and any-source receives,
-coalesced calls, argument checks and DDP, on 2 ranks. Every selected test must pass: none may be
-skipped, since a skip would hide a backend that no longer runs it. The whole suite (253 tests on CPU;
+coalesced calls, argument checks and DDP, on 2 ranks (forked, and one test spawned as upstream does).
+Every selected test must pass: none may be skipped, since a skip would hide a backend that no longer
+runs it. The whole suite (253 tests on CPU;
 188 skip on collsched, most because the suite names the backends a feature is tested on,
 ``DistTestCases.backend_feature``, or because they need GPUs) passes too, at 2 and 3 ranks:
 ``BACKEND=collsched WORLD_SIZE=2 python -m pytest --noconftest tests/runners/torch_suite_driver.py -k "not cuda"``.
@@ -35,7 +36,9 @@ SELECTED = (
 def test_pytorch_distributed_suite_on_collsched(tmp_path: Path) -> None:
     env = {**os.environ, "BACKEND": "collsched", "WORLD_SIZE": "2", "TEMP_DIR": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(DRIVER.parents[1]), os.environ.get("PYTHONPATH", "")])}
-    ids = [f"{DRIVER}::TestCollschedWithSpawn::{name}" for name in SELECTED]
+    # Forked ranks for the selection; one test with spawned ranks too, which must find the backend afresh.
+    ids = [f"{DRIVER}::TestCollschedWithFork::{name}" for name in SELECTED]
+    ids.append(f"{DRIVER}::TestCollschedWithSpawn::{SELECTED[0]}")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider",
                            "-rfEs", *ids],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
@@ -43,5 +46,5 @@ def test_pytorch_distributed_suite_on_collsched(tmp_path: Path) -> None:
     tail = out[-6000:]
     assert proc.returncode == 0, tail
     summary = re.search(r"(\d+) passed", out)
-    assert summary is not None and int(summary.group(1)) == len(SELECTED), tail
+    assert summary is not None and int(summary.group(1)) == len(ids), tail
     assert " skipped" not in out.splitlines()[-1], tail
