@@ -374,6 +374,17 @@ def algorithms(kind: Kind | str | None = None) -> Iterator[Algorithm]:
             yield _REGISTRY[key]
 
 
+def by_name_only(kind: Kind | str | None = None) -> Iterator[Algorithm]:
+    """The algorithms registered with ``listed=False`` (reached by name: ``get``, ``-a NAME``), in
+    ``algorithms``' order: those that need a switch that reduces or multicasts, and the synthesizer's."""
+    load_plugins()
+    order = {k: i for i, k in enumerate(Kind)}
+    k = None if kind is None else _kind(kind)
+    for key in sorted(_REGISTRY, key=lambda kn: (order[kn[0]], kn[1])):
+        if (k is None or key[0] is k) and not _REGISTRY[key].listed:
+            yield _REGISTRY[key]
+
+
 def kinds() -> list[Kind]:
     """The kinds that have at least one algorithm."""
     load_plugins()

@@ -28,32 +28,42 @@ def _cmd_topologies(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_list(args: argparse.Namespace) -> int:
-    if args.topologies:
-        return _cmd_topologies(args)
-    rows = [
-        {
-            "collective": a.kind.value,
-            "algorithm": a.name,
-            "constraints": list(a.constraints),
-            "parameters": {p.name: {"default": p.default, "help": p.help} for p in a.parameters},
-            "cost": a.cost.formula if a.cost else None,
-            "source": a.source,
-        }
-        for a in registry.algorithms()
-    ]
-    if args.json:
-        print(json.dumps({"ok": True, "algorithms": rows}, indent=1))
-        return 0
+def _row(a: registry.Algorithm) -> dict[str, Any]:
+    return {
+        "collective": a.kind.value,
+        "algorithm": a.name,
+        "constraints": list(a.constraints),
+        "parameters": {p.name: {"default": p.default, "help": p.help} for p in a.parameters},
+        "cost": a.cost.formula if a.cost else None,
+        "source": a.source,
+    }
+
+
+def _print_table(algos: list[registry.Algorithm]) -> None:
     head = ("collective", "algorithm", "constraints", "parameters", "cost (α latency, β s/byte, γ s/byte reduced)")
     table = [head] + [
         (a.kind.value, a.name, "; ".join(a.constraints) or "any p",
          ", ".join(p.name for p in a.parameters) or "-", a.cost.formula if a.cost else "-")
-        for a in registry.algorithms()
+        for a in algos
     ]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.topologies:
+        return _cmd_topologies(args)
+    listed, named = list(registry.algorithms()), list(registry.by_name_only())
+    if args.json:
+        print(json.dumps({"ok": True, "algorithms": [_row(a) for a in listed],
+                          "by_name_only": [_row(a) for a in named]}, indent=1))
+        return 0
+    _print_table(listed)
+    if named:
+        print("\nBy name only (-a NAME; sweeps and the backend's policy leave them out: the in-network ones need a "
+              "switch that reduces or multicasts: dgx-h100:N, hgx-h200:N, any preset with +sharp):")
+        _print_table(named)
     return 0
 
 

@@ -36,6 +36,20 @@ def test_list_json_names_every_algorithm(capsys: pytest.CaptureFixture[str]) -> 
     assert all({"collective", "algorithm", "constraints", "parameters"} <= r.keys() for r in rows)
 
 
+def test_list_shows_the_algorithms_reached_by_name_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    # The in-network algorithms (issue: NVLS, SHARP, multicast) and the synthesizer are not in sweeps, but a
+    # user must still find them: by hand, these six names at least, each once, and none among the listed.
+    code, out, _ = _run(capsys, "list", "--json")
+    doc = json.loads(out)
+    named = {(r["collective"], r["algorithm"]) for r in doc["by_name_only"]}
+    assert {("allreduce", "nvls"), ("allreduce", "nvls_tree"), ("allreduce", "sharp"), ("allgather", "multicast"),
+            ("broadcast", "multicast"), ("allreduce", "synth")} <= named
+    assert not named & {(r["collective"], r["algorithm"]) for r in doc["algorithms"]}
+    code, out, _ = _run(capsys, "list")
+    head, _, tail = out.partition("By name only")
+    assert code == 0 and tail and " nvls " in tail and " nvls " not in head
+
+
 def test_list_table_shows_cost_formulas(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "list")
     assert code == 0 and "2(p-1)α + 2(p-1)/p·nβ" in out and out.splitlines()[0].startswith("collective")
