@@ -61,8 +61,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return 0
     _print_table(listed)
     if named:
-        print("\nBy name only (-a NAME; sweeps and the backend's policy leave them out: the in-network ones need a "
-              "switch that reduces or multicasts: dgx-h100:N, hgx-h200:N, any preset with +sharp):")
+        print("\nBy name only (-a NAME; the backend's policy leaves them out, and sweep takes the in-network ones only "
+              "where a switch reduces or multicasts: dgx-h100:N, hgx-h200:N, any preset with +sharp):")
         _print_table(named)
     return 0
 

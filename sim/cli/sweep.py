@@ -52,6 +52,40 @@ def _nccl_model(topo: Any) -> bool:
     return system_of(topo) is not None
 
 
+def _in_network(args: argparse.Namespace, topo: Any) -> list[tuple[str, Schedule]]:
+    """The by-name algorithms whose switch operations this topology performs (``sim.topology.switches``):
+    NVLS on an NVSwitch that reduces, SHARP with ``+sharp``, multicast; the synthesizer stays by name only."""
+    from sim.cli.runtime import default_group
+    from sim.topology.errors import TopologyError
+    from sim.topology.switches import check_schedule
+
+    if matrix_from_args(args, args.collective, topo.ranks) is not None or not any(
+            True for _ in _capable_switches(topo)):
+        return []
+    out = []
+    for alg in registry.by_name_only(args.collective):
+        if alg.name == "synth":
+            continue
+        params = default_group(argparse.Namespace(collective=args.collective, algorithm=alg.name), topo, {})
+        if args.chunks is not None and any(x.name == "chunks" for x in alg.parameters):
+            params["chunks"] = args.chunks
+        if alg.unsupported(topo.ranks, params) is not None:
+            continue
+        s = alg.build(topo.ranks, root=args.root, **params)
+        try:
+            check_schedule(s, topo)
+        except TopologyError:
+            continue  # e.g. one node's NVLS on several nodes
+        out.append((s.name, s))
+    return out
+
+
+def _capable_switches(topo: Any) -> list[Any]:
+    from sim.topology.switches import capabilities
+
+    return [n for n in topo.graph.nodes if isinstance(n, str) and capabilities(topo, n) is not None]
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.cli.runtime import run_schedule
     from sim.engine.trace import plot_sweep
@@ -83,6 +117,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         matrix = matrix_from_args(args, args.collective, p)
         s = alg.build(p, root=args.root, **params) if matrix is None else alg.build(p, matrix=matrix, **params)
         schedules.append((s.name, s))
+    if not wanted:
+        schedules += _in_network(args, topo)
     schedules += files
     if not schedules:
         raise UsageError(f"no {args.collective} algorithm serves {p} ranks")

@@ -460,3 +460,20 @@ def test_an_alltoall_simulation_reports_its_lp_bound_and_efficiency(capsys: pyte
     assert f"efficiency {100 * doc['lp_efficiency']:.1f}%" in next(x for x in out.splitlines() if "LP bound" in x)
     code, out, _ = run(capsys, "simulate", "-c", "allgather", "-a", "ring", "-t", "ring:8", "-s", "64MiB", "--json")
     assert "lp_bound_s" not in json.loads(out)
+
+
+def test_sweep_adds_the_in_network_algorithms_where_the_switches_serve_them(capsys: pytest.CaptureFixture[str]) -> None:
+    # dgx-h100:1's NVSwitch reduces and multicasts: NVLS joins the sweep; a plain ring has no such switch.
+    code, out, _ = run(capsys, "sweep", "-c", "allreduce", "-t", "dgx-h100:1", "--sizes", "1MiB", "--json")
+    assert code == 0 and "nvls" in json.loads(out)["algorithms"]
+    code, out, _ = run(capsys, "sweep", "-c", "allgather", "-t", "dgx-h100:1", "--sizes", "1MiB", "--json")
+    assert code == 0 and "multicast" in json.loads(out)["algorithms"]
+    code, out, _ = run(capsys, "sweep", "-c", "allreduce", "-t", "ring:8", "--sizes", "1MiB", "--json")
+    assert code == 0 and not {"nvls", "nvls_tree", "sharp"} & set(json.loads(out)["algorithms"])
+    # two nodes: one node's NVLS cannot span them (no switch links all 16 GPUs), NVLS-tree can
+    code, out, _ = run(capsys, "sweep", "-c", "allreduce", "-t", "dgx-h100:2", "--sizes", "1MiB", "--json")
+    names = json.loads(out)["algorithms"]
+    assert code == 0 and "nvls_tree" in names and "nvls" not in names
+    code, out, _ = run(capsys, "sweep", "-c", "allreduce", "-t", "dgx-h100:1", "--algorithms", "ring",
+                       "--sizes", "1MiB", "--json")
+    assert json.loads(out)["algorithms"] == ["nccl", "ring"]
