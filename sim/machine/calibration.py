@@ -19,7 +19,7 @@ import numpy as np
 from algorithms import registry
 from algorithms.ir import Kind
 from sim.engine.reference import simulate
-from sim.machine.fit import Fit, fit_alpha_beta, fit_knee, search_log
+from sim.machine.fit import Fit, fit_alpha_beta, fit_bandwidth, fit_knee, search_log
 from sim.machine.model import EngineParams, Machine, host
 from sim.machine.predict import copy_seconds
 
@@ -155,7 +155,8 @@ def fit_machine(rec: dict[str, Any]) -> Machine:
     reduce_bw = float(gamma["float32"]["together"]["bandwidth_Bps"]) if "float32" in gamma else None
     topo = host(p, bandwidth=bw, latency=alpha, host_bandwidth=host_bw if math.isfinite(host_bw) else None,
                 name=f"calibrated:{p}")
-    copy = fit_alpha_beta([float(x) for x in rec["copy_sizes"]], rec["copies"]) if rec.get("copies") else None
+    # Through the origin: the two sizes are large, and a copy's own fixed cost is µs (the runner's is `launch`).
+    copy = fit_bandwidth([float(x) for x in rec["copy_sizes"]], rec["copies"]) if rec.get("copies") else None
     runner = fit_runner(rec["runner"], topo, reduce_bw, p, copy)
     coll: Fit | None = None
     if rec.get("collectives"):

@@ -91,6 +91,20 @@ def fit_alpha_beta(sizes: Floats, times: Floats) -> Fit:
                dropped_sizes=[float(xs[i]) for i in sorted(dropped)])
 
 
+def fit_bandwidth(sizes: Floats, times: Floats) -> Fit:
+    """``t = b/B`` through the origin (relative least squares: B = Σ(x/t)² / Σ(x/t)): for a cost that has no
+    fixed part of its own at the sizes measured, where an α-β line through two large sizes would turn the
+    curve's bend into an intercept (at 4 ranks a 25 ms "α" for copying 4 KiB). α is 0; nothing is dropped."""
+    xs, ys = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
+    if len(xs) < 1 or len(xs) != len(ys) or not np.all(ys > 0) or not np.all(xs > 0):
+        raise CalibrationError(f"a bandwidth fit needs positive sizes and times, got {len(ys)} measurement(s)")
+    r = xs / ys
+    bw = float(np.sum(r ** 2) / np.sum(r))
+    rel = xs / bw / ys - 1
+    return Fit(alpha_s=0.0, bandwidth_Bps=bw, rms_rel=float(np.sqrt(np.mean(rel ** 2))),
+               max_rel=float(np.max(np.abs(rel))), dropped_sizes=[])
+
+
 def fit_knee(sizes: Floats, times: Floats) -> Fit:
     """Two α-β segments split at the knee (the split with the smallest total squared relative residual;
     each segment has at least 2 sizes). ``knee_bytes`` is the first size of the upper segment."""

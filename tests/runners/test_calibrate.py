@@ -20,7 +20,7 @@ from runners import calibrate as C
 from runners.policy import Choice, Policy
 from sim.machine import model as M
 from sim.machine.calibration import calibration_report, fit_host_cap, fit_machine
-from sim.machine.fit import CalibrationError, fit_alpha_beta, fit_knee, fit_linear
+from sim.machine.fit import CalibrationError, fit_alpha_beta, fit_bandwidth, fit_knee, fit_linear
 from sim.machine.predict import algorithms_for, copy_seconds, load_machine, predict, validation_stats
 from sim.machine.tune import tune
 
@@ -46,6 +46,22 @@ def test_alpha_beta_fit_recovers_known_parameters_despite_outliers() -> None:
     assert fit["dropped_sizes"] == [4 * KIB] and fit["rms_rel"] < 0.05
     with pytest.raises(CalibrationError):
         fit_alpha_beta([1.0], [1.0])
+
+
+def test_the_copy_fit_goes_through_the_origin() -> None:
+    # The 4-rank calibration of 2026-12-01 measured the runner's input copy at 157.0 and 288.5 ms for 64 and
+    # 128 MiB: an α-β line through them says α = 25.4 ms, which priced a 4 KiB reduce-scatter's copy at 25 ms.
+    sizes, times = [64 * 2**20, 128 * 2**20], [0.1569509, 0.2885211]
+    assert fit_alpha_beta(sizes, times)["alpha_s"] > 0.02
+    fit = fit_bandwidth(sizes, times)
+    # By hand: r = x/t is 427.6 and 465.2 MB/s; B = Σr² / Σr = 447.2 MB/s.
+    r = [x / t for x, t in zip(sizes, times, strict=True)]
+    assert fit["alpha_s"] == 0.0 and fit["bandwidth_Bps"] == pytest.approx(sum(v * v for v in r) / sum(r))
+    assert fit["bandwidth_Bps"] == pytest.approx(447.2e6, rel=1e-3)
+    assert fit["max_rel"] == pytest.approx(0.0438, abs=1e-3)
+    assert fit_bandwidth([1e6, 2e6, 4e6], [1e-3, 2e-3, 4e-3])["bandwidth_Bps"] == pytest.approx(1e9)  # exact data
+    with pytest.raises(CalibrationError, match="positive sizes and times"):
+        fit_bandwidth([1e6], [0.0])
 
 
 def test_linear_fit_stays_non_negative() -> None:
