@@ -198,14 +198,15 @@ def sizes(rng: random.Random, chunks: int) -> list[int]:
 
 
 def plan_cases(scheds: list[Schedule], dtypes: list[str], rng: random.Random, offset: int) -> list[tuple[Any, ...]]:
-    """The (schedule, dtype, op, n, exact) cases of a job: a covering design, not the full product.
+    """The (schedule, dtype, op, n, exact, engine) cases of a job: a covering design, not the full product.
 
-    Every schedule runs on the first dtype at every edge size (0, 1, fewer than C, uneven) with the kind's
-    first op, and once with each of its other ops; then on two more dtypes in turn (``offset`` shifts the turn,
-    so each world size pairs other schedules with each dtype), each with the next op of that dtype's own
-    rotation, and every float dtype once on random values. Each (dtype, op) that a reducing kind accepts so
-    comes up on several schedules, each schedule on three dtypes; ``uncovered`` checks the first."""
-    cases: list[tuple[Any, ...]] = []
+    Every schedule runs on the first dtype at every edge size (0, 1, fewer than C, a multiple of C) with the
+    kind's first op, and once with each of its other ops; then on two more dtypes in turn (``offset`` shifts
+    the turn, so each world size pairs other schedules with each dtype), each with the next op of that dtype's
+    own rotation on both engines; and every float dtype once on random values. The engines take turns on the
+    rest. Each (dtype, op, engine) that a reducing kind accepts so comes up on several schedules, each
+    schedule on three dtypes; ``uncovered`` checks the first."""
+    cases: list[list[Any]] = []
     first, rest = dtypes[0], dtypes[1:]
     turn = {d: 0 for d in rest}
     for si, sched in enumerate(scheds):
@@ -216,20 +217,26 @@ def plan_cases(scheds: list[Schedule], dtypes: list[str], rng: random.Random, of
             ops = valid_ops(kind, dtype)
             every = sizes(rng, sched.collective.chunks)
             if dt_name == first:
-                cases += [(sched, dtype, ops[0], n, True) for n in every]
-                cases += [(sched, dtype, op, every[-1], True) for op in ops[1:]]
+                cases += [[sched, dtype, ops[0], n, True, None] for n in every]
+                cases += [[sched, dtype, op, every[-1], True, None] for op in ops[1:]]
             else:
-                cases.append((sched, dtype, ops[turn[dt_name] % len(ops)], every[-1], True))
+                op = ops[turn[dt_name] % len(ops)]
+                cases += [[sched, dtype, op, every[-1], True, engine] for engine in ENGINES]
                 turn[dt_name] += kind in REDUCING
             if dtype.is_floating_point:
-                cases.append((sched, dtype, "SUM", rng.randrange(1, 3000), False))
-    return cases
+                cases.append([sched, dtype, "SUM", rng.randrange(1, 3000), False, None])
+    free = 0
+    for case in cases:  # two by two, so that with executors taking turns every pairing comes up
+        if case[5] is None:
+            case[5] = ENGINES[free // 2 % len(ENGINES)]
+            free += 1
+    return [tuple(c) for c in cases]
 
 
-def uncovered(cases: list[tuple[Any, ...]], dtypes: list[str]) -> set[tuple[str, str]]:
-    """The (dtype, op) pairs of a reducing kind that no case runs."""
-    want = {(d, op) for d in dtypes for op in valid_ops(Kind.ALLREDUCE, getattr(torch, d))}
-    return want - {(str(dt)[6:], op) for sched, dt, op, _, _ in cases if sched.collective.kind in REDUCING}
+def uncovered(cases: list[tuple[Any, ...]], dtypes: list[str]) -> set[tuple[str, str, str]]:
+    """The (dtype, op, engine) triples of a reducing kind that no case runs."""
+    want = {(d, op, e) for d in dtypes for op in valid_ops(Kind.ALLREDUCE, getattr(torch, d)) for e in ENGINES}
+    return want - {(str(dt)[6:], op, e) for sched, dt, op, _, _, e in cases if sched.collective.kind in REDUCING}
 
 
 def correctness_job(rank: int, dtypes: list[str], subgroup: list[int] | None, seed: int,
@@ -254,11 +261,11 @@ def correctness_job(rank: int, dtypes: list[str], subgroup: list[int] | None, se
         mine = dtypes if group is None else dtypes[:1]
         cases = plan_cases(scheds, mine, rng, world + (group is not None))
         if scheds and any(sched.collective.kind in REDUCING for sched in scheds):
-            failures += [f"the job leaves {d} {op} untested" for d, op in sorted(uncovered(cases, mine))]
-        for sched, dtype, op, n, exact in cases:
+            failures += [f"the job leaves {d} {op} on the {e} engine untested"
+                         for d, op, e in sorted(uncovered(cases, mine))]
+        for sched, dtype, op, n, exact, engine in cases:
             turns = alternate or group is not None  # the subgroup's cases take turns too
             turn = (EXECUTORS[count % len(EXECUTORS)],) if turns else None
-            engine = ENGINES[count // len(EXECUTORS) % len(ENGINES) if turns else count % 2]
             count += 1
             err = one_case(sched, dtype, op, n, rng.randrange(1 << 30), group, exact=exact,
                            executors_=turn if exact else None, engine=engine)
@@ -306,12 +313,12 @@ def test_the_case_plan_covers_every_schedule_dtype_and_op() -> None:
         cases = plan_cases(scheds, dtypes, random.Random(p), p)
         assert uncovered(cases, dtypes) == set(), p
         for sched in scheds:  # every edge size on the first dtype
-            mine = {(str(dt)[6:], n) for s, dt, _, n, _ in cases if s is sched}
+            mine = {(str(dt)[6:], n) for s, dt, _, n, _, _ in cases if s is sched}
             assert {n for d, n in mine if d == dtypes[0]} >= {0, 1}, sched.name
             assert len({d for d, _ in mine}) == min(3, len(dtypes)), sched.name
     # ... and that the coverage check finds a gap: two reducing schedules cannot carry ten dtypes' ops.
     few = [s for s in schedules(2) if s.collective.kind in REDUCING][:2]
-    assert ("bool", "BXOR") in uncovered(plan_cases(few, ALL_DTYPES, random.Random(0), 2), ALL_DTYPES)
+    assert ("bool", "BXOR", "native") in uncovered(plan_cases(few, ALL_DTYPES, random.Random(0), 2), ALL_DTYPES)
 
 
 # ------------------------------------------------------------------ bad inputs
