@@ -364,25 +364,24 @@ def get(kind: Kind | str, name: str) -> Algorithm:
         ) from None
 
 
-def algorithms(kind: Kind | str | None = None) -> Iterator[Algorithm]:
-    """Every registered algorithm, optionally of one kind, sorted by kind order then name."""
+def _in_order(kind: Kind | str | None, listed: bool) -> Iterator[Algorithm]:
     load_plugins()
     order = {k: i for i, k in enumerate(Kind)}
     k = None if kind is None else _kind(kind)
     for key in sorted(_REGISTRY, key=lambda kn: (order[kn[0]], kn[1])):
-        if (k is None or key[0] is k) and _REGISTRY[key].listed:
+        if (k is None or key[0] is k) and _REGISTRY[key].listed == listed:
             yield _REGISTRY[key]
+
+
+def algorithms(kind: Kind | str | None = None) -> Iterator[Algorithm]:
+    """Every registered algorithm, optionally of one kind, sorted by kind order then name."""
+    return _in_order(kind, True)
 
 
 def by_name_only(kind: Kind | str | None = None) -> Iterator[Algorithm]:
     """The algorithms registered with ``listed=False`` (reached by name: ``get``, ``-a NAME``), in
     ``algorithms``' order: those that need a switch that reduces or multicasts, and the synthesizer's."""
-    load_plugins()
-    order = {k: i for i, k in enumerate(Kind)}
-    k = None if kind is None else _kind(kind)
-    for key in sorted(_REGISTRY, key=lambda kn: (order[kn[0]], kn[1])):
-        if (k is None or key[0] is k) and not _REGISTRY[key].listed:
-            yield _REGISTRY[key]
+    return _in_order(kind, False)
 
 
 def kinds() -> list[Kind]:

@@ -52,24 +52,28 @@ def _nccl_model(topo: Any) -> bool:
     return system_of(topo) is not None
 
 
+def _params(args: argparse.Namespace, topo: Any, alg: registry.Algorithm) -> dict[str, Any]:
+    """``alg``'s parameters in the sweep: the topology's node size as its group, and ``--chunks``."""
+    from sim.cli.runtime import default_group
+
+    params = default_group(argparse.Namespace(collective=args.collective, algorithm=alg.name), topo, {})
+    if args.chunks is not None and any(x.name == "chunks" for x in alg.parameters):
+        params["chunks"] = args.chunks
+    return params
+
+
 def _in_network(args: argparse.Namespace, topo: Any) -> list[tuple[str, Schedule]]:
     """The by-name algorithms whose switch operations this topology performs (``sim.topology.switches``):
     NVLS on an NVSwitch that reduces, SHARP with ``+sharp``, multicast; the synthesizer stays by name only."""
-    from sim.cli.runtime import default_group
     from sim.topology.errors import TopologyError
-    from sim.topology.switches import check_schedule
+    from sim.topology.switches import capable_switches, check_schedule
 
-    if matrix_from_args(args, args.collective, topo.ranks) is not None or not any(
-            True for _ in _capable_switches(topo)):
+    if matrix_from_args(args, args.collective, topo.ranks) is not None or not capable_switches(topo):
         return []
     out = []
     for alg in registry.by_name_only(args.collective):
-        if alg.name == "synth":
-            continue
-        params = default_group(argparse.Namespace(collective=args.collective, algorithm=alg.name), topo, {})
-        if args.chunks is not None and any(x.name == "chunks" for x in alg.parameters):
-            params["chunks"] = args.chunks
-        if alg.unsupported(topo.ranks, params) is not None:
+        params = _params(args, topo, alg)
+        if alg.name == "synth" or alg.unsupported(topo.ranks, params) is not None:
             continue
         s = alg.build(topo.ranks, root=args.root, **params)
         try:
@@ -78,12 +82,6 @@ def _in_network(args: argparse.Namespace, topo: Any) -> list[tuple[str, Schedule
             continue  # e.g. one node's NVLS on several nodes
         out.append((s.name, s))
     return out
-
-
-def _capable_switches(topo: Any) -> list[Any]:
-    from sim.topology.switches import capabilities
-
-    return [n for n in topo.graph.nodes if isinstance(n, str) and capabilities(topo, n) is not None]
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -101,13 +99,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     files = _file_schedules(args.files, Kind(args.collective), p)
     candidates = [registry.get(args.collective, a) for a in wanted] if wanted else list(
         registry.algorithms(args.collective))
-    from sim.cli.runtime import default_group, runtime_of
+    from sim.cli.runtime import runtime_of
 
     with_nccl = runtime_of(args, topo) == "nccl" and _nccl_model(topo)
     for alg in candidates:
-        params = default_group(argparse.Namespace(collective=args.collective, algorithm=alg.name), topo, {})
-        if args.chunks is not None and any(x.name == "chunks" for x in alg.parameters):
-            params["chunks"] = args.chunks
+        params = _params(args, topo, alg)
         reason = alg.unsupported(p, params)
         if reason is not None:
             if wanted:

@@ -136,7 +136,7 @@ def _label(op: SwitchOp) -> str:
     return f"step {op.step} switch op ({op.describe()})"
 
 
-def _capable(topology: Topology) -> list[tuple[Node, SwitchCaps]]:
+def capable_switches(topology: Topology) -> list[tuple[Node, SwitchCaps]]:
     """Every switch of ``topology`` that carries ``SwitchCaps``, in node order."""
     return [(n, c) for n in topology.graph.nodes if (c := capabilities(topology, n)) is not None]
 
@@ -145,11 +145,11 @@ def resolve(topology: Topology, op: SwitchOp, *,
             switches: list[tuple[Node, SwitchCaps]] | None = None) -> tuple[str, SwitchCaps]:
     """The switch node that performs ``op`` and its capabilities; ``TopologyError`` naming the op and the
     switch when it does not exist, cannot do the operation, or is not linked to every rank it touches.
-    ``switches``: the topology's capable switches (``_capable``), when the caller has them already."""
+    ``switches``: the topology's capable switches (``capable_switches``), when the caller has them already."""
     g = topology.graph
     ranks = sorted(op.ranks())
     if op.switch in DOMAINS:
-        for n, caps in _capable(topology) if switches is None else switches:
+        for n, caps in capable_switches(topology) if switches is None else switches:
             if not caps.can(op.op) or op.switch not in ("any", caps.domain):
                 continue
             if all(g.has_edge(r, n) and g.has_edge(n, r) for r in ranks):
@@ -170,7 +170,7 @@ def resolve(topology: Topology, op: SwitchOp, *,
 def check_schedule(schedule: Schedule, topology: Topology) -> list[tuple[str, SwitchCaps]]:
     """The resolved switch of every switch op of ``schedule`` (in order); ``TopologyError`` at the first bad one.
     Ops that name the same switch or domain for the same operation on the same ranks resolve once."""
-    switches = _capable(topology)
+    switches = capable_switches(topology)
     seen: dict[tuple[str, SwitchOpKind, frozenset[int]], tuple[str, SwitchCaps]] = {}
     out = []
     for op in schedule.switch_ops:
