@@ -8,10 +8,31 @@ table, so a bad argument on one rank raises the same ``InputError`` on every
 rank and nothing hangs. Only when that collective fails or times out do the
 ranks fall back to point-to-point messages (``_exchange_p2p``), whose waits
 name the peer that is missing.
+
+The check after the first call. Each (schedule, arguments) signature is
+checked by the exchange once per group (``checked_before``); a later checked
+call of that signature skips the exchange and is checked in band instead, at
+no cost in messages:
+
+- its transfers' tags carry a salt (``salt``): a hash of the rank's row and
+  of the group's call counter, in the bits above the transfer ids. Ranks that
+  agree post the same tags; a rank whose arguments differ posts tags no peer
+  posts, so none of its data moves (nor can a message larger than its receive
+  reach gloo, which would abort the process);
+- such a run stalls, and every wait of a checked native run is watched
+  (runners/csrc/check.h): a wait outstanding for ``COLLSCHED_STALL_S``
+  seconds (default 1) writes the rank's row, and a flag saying whether it
+  skipped the exchange, to the group's store and reads its peers'. Rows that
+  differ end the run on every stalled rank with the same kind of
+  ``InputError`` as the exchange's (``stalled``), naming the ranks and the
+  argument. A peer that is only late writes nothing and is waited for.
+
+The Python executor has no watch: with it every checked call exchanges rows.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -331,3 +352,127 @@ def _exchange_p2p(row: list[int], group: Any, globals_: list[int], device: torch
                             f"failed ({text})")
             raise RunError(f"{head} failed ({peer_report(globals_[r]) or text})") from e
     return rows.tolist()
+
+
+# ---------------------------------------------------------------------------- the check after the first call
+
+ENV_STALL = "COLLSCHED_STALL_S"
+# Row fields every rank must agree on, as check_table compares them (and check.h's kAgree, less the flag).
+_AGREE = (0, 2, 5, 6, 7, 8, 9, 10, 11)
+_SALT_TOP = 30  # tags from 1 << 30 up are the runner's own (_META_TAG)
+_MIN_SALT_BITS = 8
+
+
+def stall_seconds() -> float:
+    """How long a checked run's wait may stall before its rank compares rows through the store."""
+    text = os.environ.get(ENV_STALL, "").strip()
+    try:
+        value = float(text) if text else 1.0
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InputError(f"{ENV_STALL} must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def signature(row: list[int]) -> tuple[int, ...]:
+    """What a row says that every rank must agree on: the key of ``checked_before``."""
+    return tuple(row[f] for f in _AGREE)
+
+
+def salt_shift(schedule: Schedule) -> int:
+    """The bit above every transfer id of ``schedule`` (its tags are transfer ids): where a salt starts."""
+    return max(1, sum(len(step.transfers) for step in schedule.steps).bit_length())
+
+
+def salt(row: list[int], counter: int, shift: int) -> int:
+    """The salt of a checked call's tags (0 when the transfer ids leave too few bits; check.h's salt_of)."""
+    bits = _SALT_TOP - shift
+    if bits < _MIN_SALT_BITS:
+        return 0
+    mask = (1 << 64) - 1
+    h = 1469598103934665603
+    for f in _AGREE:
+        v = row[f]
+        if f == 2 and v < 0:
+            v = -1
+        for k in range(8):
+            h ^= ((v & mask) >> (8 * k)) & 0xFF
+            h = (h * 1099511628211) & mask
+    for k in range(8):
+        h ^= ((counter & mask) >> (8 * k)) & 0xFF
+        h = (h * 1099511628211) & mask
+    return ((h % ((1 << bits) - 1)) + 1) << shift
+
+
+class SignatureCache:
+    """The signatures checked by the exchange on one group (bounded: past the bound, every new one is
+    exchanged each call)."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[int, ...]] = set()
+
+    def __contains__(self, sig: tuple[int, ...]) -> bool:
+        return sig in self.seen
+
+    def add(self, sig: tuple[int, ...]) -> None:
+        if len(self.seen) < self.LIMIT:
+            self.seen.add(sig)
+
+
+_CACHES: dict[int, tuple[Any, SignatureCache]] = {}
+
+
+def checked_before(group: Any) -> SignatureCache:
+    """The signature cache of ``group`` (the group is kept with it, so its id is not reused meanwhile)."""
+    entry = _CACHES.get(id(group))
+    if entry is None or entry[0] is not group:
+        entry = (group, SignatureCache())
+        _CACHES[id(group)] = entry
+    return entry[1]
+
+
+def parse_rows(text: str) -> dict[int, list[int]]:
+    """The rows a stalled native run saw ("rank:v,v,...;..."), by group rank."""
+    rows: dict[int, list[int]] = {}
+    for part in text.split(";"):
+        rank, _, values = part.partition(":")
+        if values:
+            rows[int(rank)] = [int(v) for v in values.split(",")]
+    return rows
+
+
+def stalled(schedule: Schedule, rows: dict[int, list[int]], p: int) -> InputError:
+    """The InputError of a checked run that stalled on ranks whose rows differ (the rows of ranks that
+    stalled too; each row: metadata's 12 fields and the flag)."""
+    what = f"run({schedule.name} {schedule.collective.describe()})"
+    absent = [r for r in range(p) if r not in rows]
+    tail = (" (found when the run stalled, in band: a call after the first of its signature"
+            + (f"; rank{'s' if len(absent) > 1 else ''} {', '.join(map(str, absent))} had not stalled"
+               if absent else "") + ")")
+    ordered = sorted(rows.items())
+    fingerprints = {row[7] for _, row in ordered}
+    if len(fingerprints) > 1:
+        kinds = list(Kind)
+        detail = ", ".join(f"rank {r}: {kinds[row[8]]} p={row[9]} C={row[10]}"
+                           f"{'' if row[11] < 0 else f' root={row[11]}'} #{row[7]:08x}" for r, row in ordered)
+        return InputError(f"run: ranks disagree on the schedule ({detail}){tail}")
+    bad = [_describe_error(schedule, r, row) for r, row in ordered if row[0] != _OK]
+    if bad:
+        return InputError(f"{what}: invalid input: " + "; ".join(bad) + tail)
+    for field, name in ((6, "op"), (5, "dtype"), (2, "per-rank element count")):
+        values = [(r, row[field]) for r, row in ordered if field != 2 or row[field] >= 0]
+        if len({v for _, v in values}) > 1:
+            if field == 6:
+                shown = [(r, OP_NAMES[v] if 0 <= v < len(OP_NAMES) else str(v)) for r, v in values]
+            elif field == 5:
+                shown = [(r, _dtype_name(v).removeprefix("torch.")) for r, v in values]
+            else:
+                shown = [(r, str(v)) for r, v in values]
+            detail = ", ".join(f"rank {r}: {v}" for r, v in shown)
+            return InputError(f"{what}: ranks disagree on the {name} ({detail}){tail}")
+    flags = ", ".join(f"rank {r}: {'skipped the exchange' if row[12] else 'exchanging rows'}" for r, row in ordered)
+    return InputError(f"{what}: ranks disagree on whether this signature was checked before on the group "
+                      f"({flags}); a rank that raised in an earlier call can leave its peers so{tail}")

@@ -37,7 +37,9 @@ features are served and which are handed on.
 Schedules run through ``runners.runner.run`` on the inner group, which is
 registered in torch's group tables (not in ``pg_names``) because the runner
 uses the public ``dist`` point-to-point API. The runner's cross-rank argument
-check is off unless ``COLLSCHED_CHECK=1``: it costs an all-gather per call.
+check is on (``COLLSCHED_CHECK=0`` turns it off): each signature's first call
+exchanges the ranks' rows, later calls are checked in band at no cost in
+messages (``runners.arguments``).
 
 Ordering and errors. Every collective becomes a job on the group's one
 worker thread, a FIFO: collectives complete in the order they were issued,
@@ -122,9 +124,12 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
         self._store = store
         self._timeout = timeout
         self._job_timeout: timedelta | None = None  # a per-call timeout (opts.timeout) while its job runs
-        # Cross-rank argument checks cost the runner one metadata all-gather per
-        # collective; like TORCH_DISTRIBUTED_DEBUG they are opt-in.
-        self._check = os.environ.get(ENV_CHECK, "0") == "1"
+        # The cross-rank argument check: on by default (COLLSCHED_CHECK=0 turns it off). Each signature is
+        # exchanged once per group; later calls are checked in band (runners.arguments).
+        want = os.environ.get(ENV_CHECK, "").strip() or "1"
+        if want not in ("0", "1"):
+            raise ValueError(f"{ENV_CHECK} must be 0 or 1, got {want!r}")
+        self._check = want == "1"
         self._group_name = ""
         self._group_desc = ""
         self._modes: dict[str, str] | None = None

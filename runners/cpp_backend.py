@@ -8,7 +8,7 @@ the first call of each signature (kind, sizes, dtype, op, root) asks ``Core.prep
 the GIL) for the policy's plan and its buffer layout; the C++ side caches the answer, and every later
 call of the signature runs without any Python: buffers bound, the plan run over the inner gloo group
 by the native executor, results copied back, the future completed. Everything else (other shapes,
-lists, coalesced calls, sparse tensors, CUDA tensors, ``COLLSCHED_CHECK=1``) runs the Python
+lists, coalesced calls, sparse tensors, CUDA tensors, the checked first call of a signature) runs the Python
 backend's own body for the call on the same worker thread, with the GIL, in issue order
 (``Core.serve``). ``group_of(pg)`` finds the Python group behind either backend (its ``executed``
 counter, policy, ``monitored_barrier``).
@@ -31,7 +31,19 @@ import torch.distributed as dist
 
 from algorithms.ir import Buf, Kind
 from runners import native
-from runners.arguments import OP_NAMES, REDUCING, common_count, devices_of, local_check, metadata, segments
+from runners.arguments import (
+    OP_NAMES,
+    REDUCING,
+    common_count,
+    devices_of,
+    local_check,
+    metadata,
+    parse_rows,
+    salt_shift,
+    segments,
+    stall_seconds,
+    stalled,
+)
 from runners.errors import RunError
 from runners.executors import Context
 from runners.plan import RankPlan, rank_plan
@@ -81,9 +93,10 @@ class Core:
 
         None wherever the Python body would do something the C++ path does not: the direct fallback, a
         schedule that cannot run, arguments the runner refuses (it then raises its own error), the Python
-        executor. With ``COLLSCHED_CHECK=1`` the answer says so (its last field): the C++ side then runs the
-        first call of the signature through the Python body, whose cross-rank check compares every rank's
-        arguments, and the later ones natively (checked once per signature and group).
+        executor. With the check on (``COLLSCHED_CHECK``, the default) the answer says so (its field 19): the
+        C++ side then runs the first call of the signature through the Python body, whose cross-rank check
+        compares every rank's arguments, and the later ones natively, checked in band with the row and salt
+        position of the last two fields (runners.arguments).
         """
         g = self.group
         if native.chosen() != "native":
@@ -107,7 +120,8 @@ class Core:
         code, detail, n = local_check(sched, rank, tensor, output, op, devices_of(g._inner["cpu"]))
         if code != 0:
             return None
-        n = common_count([metadata(sched, plan, tensor, output, op, code, detail, n)])
+        row = metadata(sched, plan, tensor, output, op, code, detail, n)
+        n = common_count([row])
         if kind is not Kind.BARRIER and n <= 0:
             return None
         coll = sched.collective
@@ -125,12 +139,14 @@ class Core:
                 not (kind is Kind.BROADCAST and rank != root), out_segs, padded, in_place,
                 sched.scratch_chunks * s, budget, op, AUTO_CPU.get(kind, "dataflow") == "dataflow", divide,
                 kind is Kind.REDUCE and rank != root, kind is Kind.BARRIER, f"{kind}/{choice}",
-                len(self._prepared) - 1, bool(g._check))
+                len(self._prepared) - 1, bool(g._check), row, salt_shift(sched))
 
     def native_failure(self, index: int, status: int, item: int, text: str, late: bool, seconds: float) -> None:
         """Raise what the Python executor raises for a failed native run (the same words: runners.executors)."""
         plan = self._prepared[index].plan
         g = self.group
+        if status == native.MISMATCH:
+            raise stalled(plan.schedule, parse_rows(text), g.size())
         if status == 3 or item < 0:
             raise RunError(f"rank {plan.rank}: {plan.schedule.name}: native executor: {text}")
         error: BaseException = TimeoutError(text) if status == 2 else RuntimeError(text)
@@ -177,8 +193,9 @@ def wrap(group: Any) -> Any:
     counts = module.Counts()
     group._native_counts = counts
     core = Core(group)
-    return module.make_backend(group.rank(), group.size(), core, group._inner["cpu"],
-                               group._timeout.total_seconds(), counts, True)
+    inner = group._inner["cpu"]
+    return module.make_backend(group.rank(), group.size(), core, inner, group._timeout.total_seconds(), counts, True,
+                               native.group_store(inner), stall_seconds())
 
 
 def group_of(pg: Any = None) -> Any:

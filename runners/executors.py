@@ -73,6 +73,7 @@ class Context:
         self.combine = combine
         self.timeout = timeout
         self.deadline = deadline
+        self.salt = 0  # or'ed into every transfer's tag by a checked run (runners.arguments.salt)
 
     def src(self, it: Item) -> torch.Tensor:
         t = it.transfer
@@ -84,13 +85,13 @@ class Context:
 
     def isend(self, it: Item) -> Any:
         try:
-            return dist.isend(_bytes(self.src(it)), self.globals[it.peer], group=self.group, tag=it.tid)
+            return dist.isend(_bytes(self.src(it)), self.globals[it.peer], group=self.group, tag=it.tid | self.salt)
         except Exception as e:  # posting to a pair whose peer is gone fails at once
             raise self.failure(it, e) from e
 
     def irecv(self, it: Item, into: torch.Tensor) -> Any:
         try:
-            return dist.irecv(_bytes(into), self.globals[it.peer], group=self.group, tag=it.tid)
+            return dist.irecv(_bytes(into), self.globals[it.peer], group=self.group, tag=it.tid | self.salt)
         except Exception as e:
             raise self.failure(it, e) from e
 
@@ -103,7 +104,7 @@ class Context:
         if not batched:
             return [(it, self.isend(it) if it.role is Role.SEND else self.irecv(it, t)) for it, t in ops]
         p2p = [dist.P2POp(c10d.isend if it.role is Role.SEND else c10d.irecv, _bytes(t), group=self.group,
-                          tag=it.tid, group_peer=it.peer) for it, t in ops]
+                          tag=it.tid | self.salt, group_peer=it.peer) for it, t in ops]
         try:
             works = dist.batch_isend_irecv(p2p)
         except Exception as e:

@@ -34,19 +34,22 @@ import torch
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Buf, Kind, Op
+from runners.arguments import parse_rows, stalled
 from runners.errors import RunError, RunTimeout, peer_report, report_failure
 from runners.executors import Context
 from runners.plan import RankPlan
 from runners.staging import STAGING
 
-__all__ = ["ENV_EXECUTOR", "NativePlan", "available", "build_note", "chosen", "execute", "load"]
+__all__ = ["ENV_EXECUTOR", "NativePlan", "available", "build_note", "chosen", "execute", "group_store", "load",
+           "next_call", "watch"]
 
 ENV_EXECUTOR = "COLLSCHED_EXECUTOR"
 ENV_CACHE = "COLLSCHED_CACHE"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "executor.cpp"
-HEADERS = (SOURCE.parent / "backend.h",)  # included by SOURCE: one translation unit, one build
+HEADERS = (SOURCE.parent / "backend.h", SOURCE.parent / "check.h")  # included by SOURCE: one build
 _BUF_INDEX = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
 _TOKEN = -2  # executor.cpp's op code for a barrier token
+MISMATCH = 4  # executor.cpp's status: the stall watch found rows that differ
 
 _STALE_LOCK_S = 600.0  # a build takes 1-2 minutes even on a loaded machine
 _lock = threading.Lock()
@@ -167,8 +170,45 @@ def _native_plan(plan: RankPlan) -> NativePlan:
     return native
 
 
-def execute(ctx: Context, op: int, dataflow: bool) -> None:
-    """Run ``ctx``'s plan natively (``dataflow``: the dataflow engine, else grouped); raises as the Python one."""
+_COUNTERS: dict[int, tuple[Any, list[int]]] = {}
+
+
+def next_call(group: Any) -> int:
+    """The group's checked-call counter, advanced (shared with the C++ backend's native calls on it)."""
+    pg = group if group is not None else c10d._get_default_group()
+    module = load()
+    if module is not None:
+        return int(module.next_call(pg))
+    entry = _COUNTERS.get(id(pg))
+    if entry is None or entry[0] is not pg:
+        entry = (pg, [0])
+        _COUNTERS[id(pg)] = entry
+    entry[1][0] += 1
+    return entry[1][0] - 1
+
+
+def group_store(group: Any) -> Any:
+    """The store of ``group`` (its own prefix store, as torch keeps it): where stalled checked runs meet."""
+    pg = group if group is not None else c10d._get_default_group()
+    entry = c10d._world.pg_map.get(pg)
+    return entry[1] if entry is not None else None
+
+
+def watch(group: Any, row: list[int], rank: int, p: int, salt: int, counter: int, stall_s: float) -> Any:
+    """The stall watch of one checked run (row: metadata's 12 fields and the flag), or None without the
+    extension or a store."""
+    module = load()
+    store = group_store(group)
+    if module is None or store is None:
+        return None
+    return module.Check(store, f"collsched-stall/{counter}/", row, rank, p, salt, stall_s)
+
+
+def execute(ctx: Context, op: int, dataflow: bool, check: Any = None) -> None:
+    """Run ``ctx``'s plan natively (``dataflow``: the dataflow engine, else grouped); raises as the Python one.
+
+    ``check``: the run's stall watch (``watch``), whose salt the tags carry; a mismatch it finds raises
+    ``runners.arguments.stalled``'s InputError."""
     native = _native_plan(ctx.plan)
     group = ctx.group if ctx.group is not None else c10d._get_default_group()
     bufs = ctx.bufs.bufs
@@ -187,10 +227,12 @@ def execute(ctx: Context, op: int, dataflow: bool) -> None:
     try:
         left = ctx.deadline - time.monotonic()
         status, index, text = native.compiled.run(tensors, ctx.bufs.s, group, arena, code, max(left, 0.0),
-                                                  dataflow)
+                                                  dataflow, check)
         if status == 0:
             ok = True
             return
+        if status == MISMATCH:
+            raise stalled(ctx.plan.schedule, parse_rows(text), len(ctx.globals))
         if status == 3 or index < 0:
             raise RunError(f"rank {ctx.plan.rank}: {ctx.plan.schedule.name}: native executor: {text}")
         error: BaseException = TimeoutError(text) if status == 2 else RuntimeError(text)
@@ -204,7 +246,8 @@ def execute(ctx: Context, op: int, dataflow: bool) -> None:
 _META_TAG = 1 << 30
 
 
-def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadline: float, what: str) -> list[list[int]]:
+def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadline: float, what: str,
+             schedule: Any = None, check: Any = None) -> list[list[int]]:
     """Every rank's metadata row (runners.arguments), in one round of messages with every peer, natively.
 
     The gloo all-gather that ``runners.arguments.exchange`` makes takes p-1 rounds one after another (a
@@ -215,9 +258,12 @@ def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadlin
     pg = group if group is not None else c10d._get_default_group()
     mine = torch.tensor(row, dtype=torch.int64)
     rows = torch.empty(p, len(row), dtype=torch.int64)
-    status, peer, text = module.exchange_rows(mine, rows, rank, pg, _META_TAG, max(deadline - time.monotonic(), 0.0))
+    status, peer, text = module.exchange_rows(mine, rows, rank, pg, _META_TAG, max(deadline - time.monotonic(), 0.0),
+                                              check)
     if status == 0:
         return rows.tolist()
+    if status == MISMATCH:
+        raise stalled(schedule, parse_rows(text), p)
     head = (f"rank {rank} (global rank {globals_[rank]}): {what}: before step 0, exchanging metadata with "
             f"peer rank {peer} (global rank {globals_[peer]})")
     if status == 2 or "timed out" in text.lower() or "timeout" in text.lower():

@@ -50,7 +50,11 @@ schedule whose step writes a slot twice with a copy among the writes is
 refused); then the ranks all-gather a row of integers of metadata (size,
 dtype, op, schedule checksum, local error) in one collective and every rank
 runs the same check over the table, so a bad argument on one rank raises the
-same ``InputError`` on every rank and nothing hangs.
+same ``InputError`` on every rank and nothing hangs. With the native engine on
+CPU the exchange runs once per signature and group; a later call of the
+signature is checked in band (salted tags and a stall watch, see
+``runners.arguments``), so that no data moves between ranks that disagree and
+the ranks that stall on them raise an ``InputError`` naming the argument.
 
 Modules: ``runners.arguments`` (the cross-rank argument check), ``runners.buffers`` (working buffers and
 reduce ops), ``runners.staging`` (staging memory), ``runners.executors`` (the two executors),
@@ -75,6 +79,7 @@ from runners.arguments import (
     SUPPORTED_DTYPES,
     check_own_row,
     check_table,
+    checked_before,
     common_count,
     devices_of,
     exchange,
@@ -82,7 +87,11 @@ from runners.arguments import (
     meta_device,
     metadata,
     op_index,
+    salt_shift,
+    signature,
+    stall_seconds,
 )
+from runners.arguments import salt as salt_of
 from runners.buffers import Buffers, combine
 from runners.errors import InputError, RunError, RunTimeout
 from runners.executors import EXECUTORS, Context, execute_grouped, execute_host
@@ -168,8 +177,11 @@ def run(
     process-group timeout). Both name the step, the transfer and the peer.
     A process outside ``group`` returns None at once, as torch does.
 
-    ``check=False`` skips the metadata exchange (one all-gather of a row of
-    12 integers per rank): arguments are still checked locally, but a
+    ``check=True`` exchanges a row of 12 integers per rank the first time a
+    signature (schedule, sizes, dtype, op) runs on the group; with the native
+    engine on CPU a later call of it skips the exchange and is checked in band
+    (runners.arguments). ``check=False`` skips the metadata exchange and the
+    in-band check: arguments are still checked locally, but a
     rank whose arguments are bad raises alone and its peers time out, naming
     it; arguments that differ between ranks (schedules included) are not
     detected, as in torch.
@@ -213,9 +225,26 @@ def run(
     deadline = time.monotonic() + seconds
     what = f"{schedule.name} {coll.describe()}"
     globals_ = [dist.get_global_rank(group, r) if group is not None else r for r in range(p)]
+    watched = None
+    salt = 0
     if check and p > 1 and engine == "native" and meta_device(group).type == "cpu" and native.available():
-        table = native.exchange(row, group, globals_, rank, deadline, what)  # one round instead of p-1
-        check_table(schedule, table)
+        # Checked once per signature and group by the exchange; later calls in band (runners.arguments).
+        cache = checked_before(group if group is not None else dist.group.WORLD)
+        sig = signature(row)
+        counter = native.next_call(group)
+        shift = salt_shift(schedule)
+        before = code == 0 and sig in cache and coll.kind is not Kind.ALLTOALLV
+        salt = salt_of([*row, int(before)], counter, shift) if coll.kind is not Kind.ALLTOALLV else 0
+        before = before and salt != 0
+        watched = native.watch(group, [*row, int(before)], rank, p, salt, counter, stall_seconds())
+        if before:
+            table = [row]
+        else:
+            table = native.exchange(row, group, globals_, rank, deadline, what, schedule,
+                                    watched)  # one round instead of p-1
+            check_table(schedule, table)
+            if coll.kind is not Kind.ALLTOALLV:
+                cache.add(sig)
     elif check and p > 1:
         table = exchange(row, group, globals_, meta_device(group), rank, deadline, what)
         check_table(schedule, table)
@@ -235,11 +264,12 @@ def run(
         device, dtype = ref.device, ref.dtype
     bufs = Buffers(schedule, plan, tensor, output, n, dtype, device)
     ctx = Context(plan, bufs, group, globals_, combine(opi, coll.kind), seconds, deadline)
+    ctx.salt = salt
     chosen = _executor(executor, device, coll.kind)
     if device.type == "cuda":
         _ensure_communicator(group, device)
     if engine == "native" and native.available():
-        native.execute(ctx, opi, dataflow=chosen == "dataflow")
+        native.execute(ctx, opi, dataflow=chosen == "dataflow", check=watched)
         if device.type == "cuda" and coll.kind is Kind.BARRIER:
             torch.cuda.current_stream(device).synchronize()
     elif device.type == "cuda":

@@ -10,9 +10,10 @@
 //     runners.cpp_backend.Core.prepare) for the plan and its buffer layout, and the answer is cached; a
 //     later call runs with no Python at all (buffers bound, plan run over the inner gloo group, AVG divided,
 //     results copied back, the future completed), or
-//   - python: everything else (other shapes and kinds, CUDA tensors, COLLSCHED_CHECK=1): the worker takes
-//     the GIL and runs the Python backend's own body for the call (runners.backend.CollschedProcessGroup,
-//     made with an inline queue), so every feature of the Python backend keeps working, in issue order.
+//   - python: everything else (other shapes and kinds, CUDA tensors, the checked first call of a signature):
+//     the worker takes the GIL and runs the Python backend's own body for the call
+//     (runners.backend.CollschedProcessGroup, made with an inline queue), so every feature of the Python
+//     backend keeps working, in issue order.
 // A native failure is turned into the Python executor's RunError / RunTimeout (naming step, transfer and
 // peer) by Core.native_failure, and every failure surfaces through Work::wait() and the future.
 
@@ -43,6 +44,11 @@ struct Spec {
   bool in_copy = false, in_initial = true, out_copy = false, in_place = false, dataflow = true;
   bool divide = false, clone_input = false, barrier = false, check_first = false;
   std::string label;
+  // The argument check after the first call (check.h): this rank's metadata row (12 fields) and the bit
+  // position of the tags' salt; checked = false: COLLSCHED_CHECK=0, no salt, no watch.
+  bool checked = false;
+  std::vector<int64_t> row;
+  int64_t shift = 0;
 };
 
 // How many collectives ran natively, per "kind/algorithm" (Python folds them into group.executed).
@@ -266,10 +272,12 @@ enum Kind : int { ALLREDUCE = 0, BROADCAST = 1, REDUCE = 2, ALLGATHER = 3, REDUC
 class Backend : public c10d::Backend {
  public:
   Backend(int rank, int size, py::object core, c10::intrusive_ptr<c10d::ProcessGroup> inner, double seconds,
-          std::shared_ptr<Counts> counts, bool native)
+          std::shared_ptr<Counts> counts, bool native, c10::intrusive_ptr<c10d::Store> store, double stall_s)
       : c10d::Backend(rank, size),
         core_(std::move(core)),
         inner_(std::move(inner)),
+        store_(std::move(store)),
+        stall_s_(stall_s),
         seconds_(seconds),
         counts_(std::move(counts)),
         native_(native),  // false: every call takes the Python path
@@ -528,8 +536,9 @@ class Backend : public c10d::Backend {
     std::lock_guard<std::mutex> g(cache_m_);
     if (cache_.size() >= 256) cache_.clear();  // a cheap bound: shapes that keep changing are rare
     cache_[key] = spec;
-    // COLLSCHED_CHECK=1: the first call of a signature runs the Python path, whose cross-rank check
-    // compares every rank's arguments; later calls of the signature run natively, unchecked.
+    // The argument check (COLLSCHED_CHECK, on by default): the first call of a signature runs the Python
+    // path, whose cross-rank check compares every rank's arguments; later calls of the signature run
+    // natively, checked in band (salted tags and the stall watch of check.h).
     return spec && spec->check_first ? nullptr : spec;
   }
 
@@ -557,6 +566,9 @@ class Backend : public c10d::Backend {
     s->label = t[17].cast<std::string>();
     s->index = t[18].cast<int64_t>();
     s->check_first = t[19].cast<bool>();
+    s->checked = s->check_first;
+    s->row = t[20].cast<std::vector<int64_t>>();
+    s->shift = t[21].cast<int64_t>();
     return s;
   }
 
@@ -617,9 +629,22 @@ class Backend : public c10d::Backend {
     if (sp.scratch > 0) scratch = at::empty({sp.scratch}, ref.options());
     if (arena_.numel() < sp.budget_bytes) arena_ = at::empty({sp.budget_bytes}, at::TensorOptions().dtype(at::kByte));
     std::vector<at::Tensor> bufs{in.defined() ? in : ref, out.defined() ? out : ref, scratch.defined() ? scratch : ref};
+    std::shared_ptr<Check> check;
+    if (sp.checked) {  // as runners.runner.run's checked call of a signature it checked before
+      int64_t counter = collsched_check::next_call(inner_);
+      check = std::make_shared<Check>();
+      check->row = sp.row;
+      check->row.push_back(1);  // checked before
+      check->salt = collsched_check::salt_of(check->row, counter, sp.shift);
+      check->store = store_;
+      check->prefix = "collsched-stall/" + std::to_string(counter) + "/";
+      check->rank = getRank();
+      check->p = getSize();
+      check->stall_s = stall_s_;
+    }
     auto started = Clock::now();
     auto [status, item, text] = sp.plan->run(bufs, sp.s, inner_, arena_, sp.barrier ? TOKEN : sp.op, seconds,
-                                             sp.dataflow);
+                                             sp.dataflow, check);
     if (status != OK) {
       bool late = Clock::now() - started >= std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)) - Ms(10);
       py::gil_scoped_acquire gil;
@@ -656,6 +681,8 @@ class Backend : public c10d::Backend {
 
   py::object core_;
   c10::intrusive_ptr<c10d::ProcessGroup> inner_;
+  c10::intrusive_ptr<c10d::Store> store_;  // the inner group's store: where a stalled checked run writes its row
+  double stall_s_;
   double seconds_;
   std::shared_ptr<Counts> counts_;
   bool native_;
@@ -673,8 +700,10 @@ class Backend : public c10d::Backend {
 // What torch's creator returns: a c10d::Backend (runners.cpp_backend.create).
 inline c10::intrusive_ptr<c10d::Backend> make_backend(int rank, int size, py::object core,
                                                       const c10::intrusive_ptr<c10d::ProcessGroup>& inner,
-                                                      double seconds, std::shared_ptr<Counts> counts, bool native) {
-  return c10::make_intrusive<Backend>(rank, size, std::move(core), inner, seconds, std::move(counts), native);
+                                                      double seconds, std::shared_ptr<Counts> counts, bool native,
+                                                      c10::intrusive_ptr<c10d::Store> store, double stall_s) {
+  return c10::make_intrusive<Backend>(rank, size, std::move(core), inner, seconds, std::move(counts), native,
+                                      std::move(store), stall_s);
 }
 
 inline void bind(py::module_& m) {
@@ -688,7 +717,7 @@ inline void bind(py::module_& m) {
   });
   py::class_<Counts, std::shared_ptr<Counts>>(m, "Counts").def(py::init<>()).def("items", &Counts::items);
   m.def("make_backend", &make_backend, py::arg("rank"), py::arg("size"), py::arg("core"), py::arg("inner"),
-        py::arg("seconds"), py::arg("counts"), py::arg("native"));
+        py::arg("seconds"), py::arg("counts"), py::arg("native"), py::arg("store"), py::arg("stall_s"));
   m.def("core_of", [](const c10::intrusive_ptr<c10d::Backend>& b) -> py::object {
     auto* ours = dynamic_cast<Backend*>(b.get());
     return ours ? ours->core() : py::none();

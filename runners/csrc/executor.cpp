@@ -31,12 +31,16 @@
 #include <utility>
 #include <vector>
 
+#include "check.h"
+
 namespace py = pybind11;
+using collsched_check::Check;
 
 namespace {
 
 enum Role : int { SEND = 0, RECV = 1, LOCAL = 2 };
-enum Status : int { OK = 0, FAILED = 1, TIMED_OUT = 2, INTERNAL = 3 };
+// MISMATCH: the stall watch found ranks whose arguments differ (runners/csrc/check.h); text: the rows seen.
+enum Status : int { OK = 0, FAILED = 1, TIMED_OUT = 2, INTERNAL = 3, MISMATCH = 4 };
 // Op codes: runners.arguments.OP_NAMES indices; TOKEN: a barrier's token (no arithmetic).
 enum OpCode : int { SUM = 0, PRODUCT = 1, MIN = 2, MAX = 3, AVG = 4, BAND = 5, BOR = 6, BXOR = 7, TOKEN = -2 };
 
@@ -99,6 +103,36 @@ class Carver {
   std::vector<std::pair<int64_t, int64_t>> free_;
 };
 
+// work->wait(left) under a run's stall watch: a mismatch the watchdog found (now or before this wait)
+// ends the run with MISMATCH and the rows it saw; other failures as Engine::fail.
+void watched_wait(const std::shared_ptr<Check>& check, const c10::intrusive_ptr<c10d::Work>& work,
+                  std::chrono::milliseconds left, int64_t item) {
+  bool watching = check && check->store;
+  if (watching) {
+    std::lock_guard<std::mutex> g(check->m);
+    if (check->mismatch) throw Failure{MISMATCH, item, check->seen};
+    check->waiting = work;
+    check->since = Clock::now();
+  }
+  bool done = true;
+  std::string error;
+  try {
+    done = work->wait(left);
+  } catch (const std::exception& e) {
+    error = e.what();
+    auto nl = error.find('\n');
+    if (nl != std::string::npos) error = error.substr(0, nl);
+    if (error.empty()) error = "failed";
+  }
+  if (watching) {
+    std::lock_guard<std::mutex> g(check->m);
+    check->waiting.reset();
+    if (check->mismatch) throw Failure{MISMATCH, item, check->seen};
+  }
+  if (!error.empty()) throw Failure{FAILED, item, error};
+  if (!done) throw Failure{FAILED, item, "aborted"};
+}
+
 // One rank's plan, converted once from runners.plan.RankPlan (see runners/native.py).
 class Plan {
  public:
@@ -121,8 +155,9 @@ class Plan {
   std::tuple<int, int64_t, std::string> run(const std::vector<at::Tensor>& bufs, int64_t s,
                                             const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
                                             const at::Tensor& arena, int64_t op, double seconds,
-                                            bool dataflow) {
-    Engine engine(*this, bufs, s, pg, arena, op, seconds);
+                                            bool dataflow, std::shared_ptr<Check> check) {
+    Engine engine(*this, bufs, s, pg, arena, op, seconds, check);
+    collsched_check::Watched watched(check);
     try {
       if (dataflow) {
         engine.dataflow();
@@ -134,6 +169,7 @@ class Plan {
     } catch (const std::exception& e) {
       return {INTERNAL, -1, e.what()};
     }
+    if (check && check->store) check->forget();
     return {OK, -1, ""};
   }
 
@@ -148,10 +184,13 @@ class Plan {
     Clock::time_point deadline;
     at::ScalarType dtype;
     bool cuda;
+    std::shared_ptr<Check> check;  // null: an unchecked run (no salt, no watch)
+    int64_t salt = 0;
 
     Engine(const Plan& p, const std::vector<at::Tensor>& b, int64_t s_, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
-           const at::Tensor& arena_, int64_t op_, double seconds)
-        : plan(p), bufs(b), s(s_), arena(arena_), op(op_) {
+           const at::Tensor& arena_, int64_t op_, double seconds, std::shared_ptr<Check> check_)
+        : plan(p), bufs(b), s(s_), arena(arena_), op(op_), check(std::move(check_)) {
+      if (check) salt = check->salt;
       const at::Tensor* ref = nullptr;
       for (const auto& t : bufs) {
         if (t.defined()) {
@@ -187,7 +226,7 @@ class Plan {
     c10::intrusive_ptr<c10d::Work> isend(int64_t i, const at::Tensor& t) {
       std::vector<at::Tensor> v{bytes(t)};
       try {
-        return backend->send(v, static_cast<int>(plan.items_[i].peer), static_cast<int>(plan.items_[i].tag));
+        return backend->send(v, static_cast<int>(plan.items_[i].peer), static_cast<int>(plan.items_[i].tag | salt));
       } catch (const std::exception& e) {  // posting to a pair whose peer is gone fails at once
         fail(i, e);
       }
@@ -196,7 +235,7 @@ class Plan {
     c10::intrusive_ptr<c10d::Work> irecv(int64_t i, const at::Tensor& into) {
       std::vector<at::Tensor> v{bytes(into)};
       try {
-        return backend->recv(v, static_cast<int>(plan.items_[i].peer), static_cast<int>(plan.items_[i].tag));
+        return backend->recv(v, static_cast<int>(plan.items_[i].peer), static_cast<int>(plan.items_[i].tag | salt));
       } catch (const std::exception& e) {
         fail(i, e);
       }
@@ -205,11 +244,7 @@ class Plan {
     void wait(int64_t i, const c10::intrusive_ptr<c10d::Work>& work) const {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) throw Failure{TIMED_OUT, i, "timed out"};
-      try {
-        work->wait(left);
-      } catch (const std::exception& e) {
-        fail(i, e);
-      }
+      watched_wait(check, work, left, i);
     }
 
     void combine(at::Tensor d, const at::Tensor& data) const {
@@ -464,7 +499,8 @@ class Plan {
 // ends of a pair post its two messages in the same global order (src, then dst).
 std::tuple<int, int64_t, std::string> exchange_rows(const at::Tensor& mine, const at::Tensor& rows, int64_t rank,
                                                     const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t tag,
-                                                    double seconds) {
+                                                    double seconds, std::shared_ptr<Check> check) {
+  collsched_check::Watched watched(check);
   auto backend = pg->getBackend(mine.device().type());
   const int64_t p = rows.size(0);
   auto deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
@@ -491,15 +527,18 @@ std::tuple<int, int64_t, std::string> exchange_rows(const at::Tensor& mine, cons
         at = peer;
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         if (left.count() <= 0) return {TIMED_OUT, peer, "timed out"};
-        w->wait(left);
+        watched_wait(check, w, left, peer);
       }
     }
+  } catch (const Failure& f) {
+    return {f.status, at, f.text};
   } catch (const std::exception& e) {
     std::string text = e.what();
     auto nl = text.find('\n');
     if (nl != std::string::npos) text = text.substr(0, nl);
     return {FAILED, at, text};
   }
+  if (check && check->store) check->forget();
   return {OK, -1, ""};
 }
 
@@ -515,8 +554,28 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                     std::vector<std::vector<int64_t>>, std::vector<int64_t>, int64_t>())
       .def("__len__", &Plan::size)
       .def("run", &Plan::run, py::arg("bufs"), py::arg("s"), py::arg("group"), py::arg("arena"), py::arg("op"),
-           py::arg("seconds"), py::arg("dataflow"), py::call_guard<py::gil_scoped_release>());
+           py::arg("seconds"), py::arg("dataflow"), py::arg("check") = nullptr,
+           py::call_guard<py::gil_scoped_release>());
   m.def("exchange_rows", &exchange_rows, py::arg("mine"), py::arg("rows"), py::arg("rank"), py::arg("group"),
-        py::arg("tag"), py::arg("seconds"), py::call_guard<py::gil_scoped_release>());
+        py::arg("tag"), py::arg("seconds"), py::arg("check") = nullptr, py::call_guard<py::gil_scoped_release>());
+  // The in-band check (check.h): one run's watch, its salt and the group's call counter.
+  py::class_<Check, std::shared_ptr<Check>>(m, "Check")
+      .def(py::init([](c10::intrusive_ptr<c10d::Store> store, std::string prefix, std::vector<int64_t> row,
+                       int64_t rank, int64_t p, int64_t salt, double stall_s) {
+             auto c = std::make_shared<Check>();
+             c->store = std::move(store);
+             c->prefix = std::move(prefix);
+             c->row = std::move(row);
+             c->rank = rank;
+             c->p = p;
+             c->salt = salt;
+             c->stall_s = stall_s;
+             return c;
+           }),
+           py::arg("store"), py::arg("prefix"), py::arg("row"), py::arg("rank"), py::arg("p"), py::arg("salt"),
+           py::arg("stall_s"))
+      .def_readonly("salt", &Check::salt);
+  m.def("salt_of", &collsched_check::salt_of, py::arg("row"), py::arg("counter"), py::arg("shift"));
+  m.def("next_call", &collsched_check::next_call, py::arg("group"));
   collsched_backend::bind(m);
 }
