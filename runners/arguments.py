@@ -391,7 +391,7 @@ def salt(row: list[int], counter: int, shift: int) -> int:
     if bits < _MIN_SALT_BITS:
         return 0
     mask = (1 << 64) - 1
-    h = 1469598103934665603
+    h = 14695981039346656037  # FNV-1a 64: offset basis (and prime 1099511628211 below)
     for f in _AGREE:
         v = row[f]
         if f == 2 and v < 0:

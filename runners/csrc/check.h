@@ -50,7 +50,7 @@ inline bool rows_differ(const std::vector<int64_t>& a, const std::vector<int64_t
 inline int64_t salt_of(const std::vector<int64_t>& row, int64_t counter, int64_t shift) {
   const int64_t bits = 30 - shift;
   if (bits < 8) return 0;  // too many transfers to spare the bits: runs with this schedule are checked each call
-  uint64_t h = 1469598103934665603ULL;
+  uint64_t h = 14695981039346656037ULL;  // FNV-1a 64: offset basis and prime
   auto mix = [&h](int64_t v) {
     auto u = static_cast<uint64_t>(v);
     for (int k = 0; k < 8; ++k) {
@@ -78,7 +78,7 @@ struct Check {
   std::mutex m;
   c10::intrusive_ptr<c10d::Work> waiting;
   Clock::time_point since{}, next_look{};
-  bool written = false, mismatch = false;
+  bool written = false, mismatch = false, confirming = false;
   std::string seen;  // "rank:v,v,...;rank:..." of every row seen when a mismatch was found
 
   std::string key(int64_t r) const { return prefix + std::to_string(r); }
@@ -178,10 +178,16 @@ class Watchdog {
         } catch (const std::exception&) {  // a store that fails: the run's own deadline still holds
         }
         std::lock_guard<std::mutex> cg(c->m);
-        c->next_look = Clock::now() + std::chrono::milliseconds(500);
-        if (differ) {
+        if (differ && !c->confirming) {
+          // Peers that stalled too write their rows within about one poll of each other: one more look
+          // shortly, so that the error names as many of them as there are.
+          c->confirming = true;
+          c->next_look = Clock::now() + std::chrono::milliseconds(300);
+        } else if (differ || c->confirming) {
           c->mismatch = true;
           if (c->waiting) c->waiting->abort();  // its wait() returns false; the pair stays usable
+        } else {
+          c->next_look = Clock::now() + std::chrono::milliseconds(500);
         }
       }
     }
