@@ -4,7 +4,8 @@
         [--kinds allreduce,allgather,reducescatter,broadcast,alltoall] [--no-overlap] [--no-steps] [--json]
 
 Each launch spawns ``--nproc`` ranks whose default group is ``collsched`` (the C++ backend,
-runners.cpp_backend) with the default argument check on (``COLLSCHED_CHECK=1``: checked once per signature),
+runners.cpp_backend) with the default argument check on (``COLLSCHED_CHECK``: exchanged once per signature, then
+in band),
 a second ``collsched`` group made with ``COLLSCHED_BACKEND=python`` (the Python backend and its worker thread,
 with the native executor: what ran before the C++ backend) and a gloo group over the same ranks; in each
 iteration the same call runs on gloo, on the C++ backend (``cpp``) and on the Python backend (``pyback``), in
@@ -244,7 +245,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_args()
     args = vars(ns) | {"sizes": [int(s) for s in units.parse_sizes(ns.sizes)], "kinds": ns.kinds.split(",")}
-    os.environ["COLLSCHED_CHECK"] = "1"  # the default check on
+    os.environ["COLLSCHED_CHECK"] = "1"  # the default check on, whatever the caller's environment says
     launches = [spawn(_rank, ns.nproc, args, backend="collsched", timeout=3000)[0] for _ in range(ns.launches)]
     rows = _rows(launches)
     if ns.json:

@@ -330,11 +330,17 @@ def _exchange_p2p(row: list[int], group: Any, globals_: list[int], device: torch
     # both ends of a pair post them in the same order: nccl matches by order and ignores tags.
     works: list[tuple[int, str, Any]] = []
     for src in range(p):
-        if src == rank:
-            works += [(dst, "send to", dist.isend(mine, globals_[dst], group=group, tag=_META_TAG))
-                      for dst in range(p) if dst != rank]
-        else:
-            works.append((src, "receive from", dist.irecv(rows[src], globals_[src], group=group, tag=_META_TAG)))
+        posts = [(dst, "send to") for dst in range(p) if dst != rank] if src == rank else [(src, "receive from")]
+        for r, verb in posts:
+            try:
+                work = (dist.isend(mine, globals_[r], group=group, tag=_META_TAG) if verb == "send to" else
+                        dist.irecv(rows[r], globals_[r], group=group, tag=_META_TAG))
+            except Exception as e:  # posting to a pair that gloo closed fails at once: the peer failed
+                text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise RunError(f"rank {rank} (global rank {globals_[rank]}): {what}: before step 0, exchanging "
+                               f"metadata (the all-gather failed: {why}): {verb} peer rank {r} (global rank "
+                               f"{globals_[r]}) failed ({peer_report(globals_[r]) or text})") from e
+            works.append((r, verb, work))
     for r, verb, work in works:
         left = deadline - time.monotonic()
         try:

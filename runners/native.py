@@ -266,7 +266,11 @@ def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadlin
         raise stalled(schedule, parse_rows(text), p)
     head = (f"rank {rank} (global rank {globals_[rank]}): {what}: before step 0, exchanging metadata with "
             f"peer rank {peer} (global rank {globals_[peer]})")
-    if status == 2 or "timed out" in text.lower() or "timeout" in text.lower():
+    # Only our own deadline makes a timeout: gloo also says "timeout" when it closed a pair because a wait
+    # timed out earlier ("Application timeout caused pair closure"), which is the peer failing (as
+    # runners.executors.Context.failure tells them apart).
+    if status == 2 or (("timed out" in text.lower() or "timeout" in text.lower())
+                       and time.monotonic() >= deadline - 0.01):
         raise RunTimeout(f"{head} did not complete in time; is rank {peer} running the same run()? ({text})")
     report_failure(globals_[rank], f"exchanging metadata with peer rank {peer} (global rank {globals_[peer]}) "
                    f"failed ({text})")
