@@ -236,30 +236,39 @@ def _shape_rule(kind: Kind) -> str:
     }.get(kind, "any size")
 
 
+def _disagreement(schedule: Schedule, ordered: list[tuple[int, list[int]]]) -> str | None:
+    """What is wrong with these ranks' rows ((group rank, row) pairs), or None when nothing differs
+    or is bad: the schedules, then any rank's local error, then the op, dtype and per-rank count."""
+    what = f"run({schedule.name} {schedule.collective.describe()})"
+    if len({row[7] for _, row in ordered}) > 1:
+        # Each rank names its own schedule here, so say everything from the rows alone.
+        kinds = list(Kind)
+        detail = ", ".join(f"rank {r}: {kinds[row[8]]} p={row[9]} C={row[10]}"
+                           f"{'' if row[11] < 0 else f' root={row[11]}'} #{row[7]:08x}" for r, row in ordered)
+        return f"run: ranks disagree on the schedule ({detail})"
+    bad = [_describe_error(schedule, r, row) for r, row in ordered if row[0] != _OK]
+    if bad:
+        return f"{what}: invalid input: " + "; ".join(bad)
+    for field, name in ((6, "op"), (5, "dtype"), (2, "per-rank element count")):
+        values = [(r, row[field]) for r, row in ordered if field != 2 or row[field] >= 0]
+        if len({v for _, v in values}) > 1:
+            if field == 6:
+                shown = [(r, OP_NAMES[v] if 0 <= v < len(OP_NAMES) else str(v)) for r, v in values]
+            elif field == 5:
+                shown = [(r, _dtype_name(v).removeprefix("torch.")) for r, v in values]
+            else:
+                shown = [(r, str(v)) for r, v in values]
+            detail = ", ".join(f"rank {r}: {v}" for r, v in shown)  # (alltoallv: ranks with a count)
+            return f"{what}: ranks disagree on the {name} ({detail})"
+    return None
+
+
 def check_table(schedule: Schedule, table: list[list[int]]) -> None:
     """Raise the same InputError on every rank when any rank's metadata is bad or inconsistent."""
     what = f"run({schedule.name} {schedule.collective.describe()})"
-    fingerprints = {row[7] for row in table}
-    if len(fingerprints) > 1:
-        # Each rank names its own schedule here, so say everything from the table alone.
-        kinds = list(Kind)
-        detail = ", ".join(f"rank {r}: {kinds[row[8]]} p={row[9]} C={row[10]}"
-                           f"{'' if row[11] < 0 else f' root={row[11]}'} #{row[7]:08x}" for r, row in enumerate(table))
-        raise InputError(f"run: ranks disagree on the schedule ({detail})")
-    bad = [_describe_error(schedule, r, row) for r, row in enumerate(table) if row[0] != _OK]
-    if bad:
-        raise InputError(f"{what}: invalid input: " + "; ".join(bad))
-    for field, name in ((6, "op"), (5, "dtype"), (2, "per-rank element count")):
-        values = [row[field] for row in table if field != 2 or row[field] >= 0]
-        if len(set(values)) > 1:
-            if field == 6:
-                shown = [OP_NAMES[v] if 0 <= v < len(OP_NAMES) else str(v) for v in values]
-            elif field == 5:
-                shown = [_dtype_name(v).removeprefix("torch.") for v in values]
-            else:
-                shown = [str(v) for v in values]
-            detail = ", ".join(f"rank {r}: {v}" for r, v in enumerate(shown))  # (alltoallv: ranks with a count)
-            raise InputError(f"{what}: ranks disagree on the {name} ({detail})")
+    wrong = _disagreement(schedule, list(enumerate(table)))
+    if wrong is not None:
+        raise InputError(wrong)
     if schedule.collective.kind is Kind.BARRIER:
         return
     n = common_count(table)
@@ -458,27 +467,10 @@ def stalled(schedule: Schedule, rows: dict[int, list[int]], p: int) -> InputErro
     tail = (" (found when the run stalled, in band: a call after the first of its signature"
             + (f"; rank{'s' if len(absent) > 1 else ''} {', '.join(map(str, absent))} had not stalled"
                if absent else "") + ")")
+    wrong = _disagreement(schedule, sorted(rows.items()))
+    if wrong is not None:
+        return InputError(wrong + tail)
     ordered = sorted(rows.items())
-    fingerprints = {row[7] for _, row in ordered}
-    if len(fingerprints) > 1:
-        kinds = list(Kind)
-        detail = ", ".join(f"rank {r}: {kinds[row[8]]} p={row[9]} C={row[10]}"
-                           f"{'' if row[11] < 0 else f' root={row[11]}'} #{row[7]:08x}" for r, row in ordered)
-        return InputError(f"run: ranks disagree on the schedule ({detail}){tail}")
-    bad = [_describe_error(schedule, r, row) for r, row in ordered if row[0] != _OK]
-    if bad:
-        return InputError(f"{what}: invalid input: " + "; ".join(bad) + tail)
-    for field, name in ((6, "op"), (5, "dtype"), (2, "per-rank element count")):
-        values = [(r, row[field]) for r, row in ordered if field != 2 or row[field] >= 0]
-        if len({v for _, v in values}) > 1:
-            if field == 6:
-                shown = [(r, OP_NAMES[v] if 0 <= v < len(OP_NAMES) else str(v)) for r, v in values]
-            elif field == 5:
-                shown = [(r, _dtype_name(v).removeprefix("torch.")) for r, v in values]
-            else:
-                shown = [(r, str(v)) for r, v in values]
-            detail = ", ".join(f"rank {r}: {v}" for r, v in shown)
-            return InputError(f"{what}: ranks disagree on the {name} ({detail}){tail}")
     flags = ", ".join(f"rank {r}: {'skipped the exchange' if row[12] else 'exchanging rows'}" for r, row in ordered)
     return InputError(f"{what}: ranks disagree on whether this signature was checked before on the group "
                       f"({flags}); a rank that raised in an earlier call can leave its peers so{tail}")
