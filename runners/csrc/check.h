@@ -74,8 +74,9 @@ struct Check {
   int64_t rank = 0, p = 1, salt = 0;
   double stall_s = 1.0;
 
-  // Watch state (the watchdog thread and the run's thread; m guards it).
-  std::mutex m;
+  // Watch state (the watchdog thread and the run's thread; m guards it, io the store rows).
+  std::mutex m, io;
+  bool finished = false;
   c10::intrusive_ptr<c10d::Work> waiting;
   Clock::time_point since{}, next_look{};
   bool written = false, mismatch = false, confirming = false;
@@ -83,8 +84,11 @@ struct Check {
 
   std::string key(int64_t r) const { return prefix + std::to_string(r); }
 
-  // The watchdog's look at a stalled wait: write our row once, read our peers'. Store I/O, no lock held.
+  // The watchdog's look at a stalled wait: write our row once, read our peers'. Store I/O under `io` only,
+  // so that a run ending meanwhile (forget) never leaves its row behind.
   bool look() {
+    std::lock_guard<std::mutex> g(io);
+    if (finished) return false;
     if (!written) {
       std::vector<uint8_t> bytes(row.size() * sizeof(int64_t));
       std::memcpy(bytes.data(), row.data(), bytes.size());
@@ -115,6 +119,8 @@ struct Check {
 
   // After a successful run: our row, if written, is no longer anybody's concern.
   void forget() {
+    std::lock_guard<std::mutex> g(io);
+    finished = true;
     if (written) {
       try {
         store->deleteKey(key(rank));
