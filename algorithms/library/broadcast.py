@@ -13,6 +13,13 @@ Scatter + all-gather: van de Geijn's long-message broadcast (Barnett et al.
 1994), as MPICH does it (Thakur et al. 2005, §4.2): a binomial scatter of p
 pieces, then a ring all-gather of them.
 
+Linear: the root sends the whole buffer to every other rank in one step (the
+flat tree; Chan et al. 2007 count it among the short-vector direct
+algorithms). One latency instead of ceil(log2 p), for (p-1)·n bytes out of
+the root: the choice where latency per step dominates and the root's link is
+not the bottleneck (on a shared-memory host, ranks' copies contend for one
+memory system either way).
+
 Ranks are numbered relative to the root: relative rank v is rank (v + root) mod p.
 """
 
@@ -23,7 +30,7 @@ from algorithms.ir import Collective, Kind, Schedule
 from algorithms.library.fold import log2ceil, log2floor
 from algorithms.registry import Cost, register
 
-__all__ = ["binary_tree", "binomial", "chain", "scatter_allgather"]
+__all__ = ["binary_tree", "binomial", "chain", "linear", "scatter_allgather"]
 
 
 
@@ -51,6 +58,29 @@ def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
                 for c in range(k):
                     b.copy(src, dst, c)
         mask <<= 1
+    return b.build()
+
+
+@register(
+    Kind.BROADCAST,
+    "linear",
+    source="Chan et al. 2007",
+    cost=Cost(
+        "α + (p-1)·nβ",
+        steps=lambda p, n, k: 1 if p > 1 else 0,
+        bytes=lambda p, n, k: (p - 1) * n,
+        reduced=lambda p, n, k: 0,
+        sent_per_rank=lambda p, n, k: (p - 1) * n,
+    ),
+)
+def linear(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
+    """Linear (flat-tree) broadcast: the root sends every rank the whole buffer in one step."""
+    p, k = ranks, chunks
+    b = ScheduleBuilder(Collective(Kind.BROADCAST, p, k, root), "linear")
+    if p > 1:
+        with b.step():
+            for v in range(1, p):
+                b.copy(root, (v + root) % p, 0, k)
     return b.build()
 
 

@@ -23,7 +23,7 @@ def test_every_family_is_registered() -> None:
                       "hierarchical", "swing", "swing_torus", "torus_bucket", "nccl_ring", "nccl_tree"},
         "allgather": {"ring", "recursive_doubling", "bruck", "direct", "nccl_ring", "pat"},
         "reducescatter": {"ring", "recursive_halving", "direct", "nccl_ring", "pat"},
-        "broadcast": {"binomial", "binary_tree", "chain", "scatter_allgather", "nccl_ring"},
+        "broadcast": {"binomial", "binary_tree", "chain", "linear", "scatter_allgather", "nccl_ring"},
         "reduce": {"binomial", "chain", "reducescatter_gather", "nccl_ring"},
         "scatter": {"binomial", "linear"},
         "gather": {"binomial", "linear"},
@@ -140,6 +140,14 @@ def test_binary_tree_pipelines_by_depth() -> None:
             assert _relative(t.dst, root, p) in (2 * v + 1, 2 * v + 2)
             assert t.src_index == step - (v + 1).bit_length() + 1  # chunk c leaves depth d at c + d
     assert len(s.steps) == 3 + k - 1
+
+
+def test_linear_broadcast_is_one_step_of_whole_buffers_out_of_the_root() -> None:
+    for p, root, k in ((2, 1, 1), (5, 3, 2), (8, 0, 4)):
+        s = registry.build("broadcast", "linear", p, root=root, chunks=k)
+        assert len(s.steps) == 1
+        got = sorted((t.src, t.dst, t.src_index, t.count) for t in s.steps[0].transfers)
+        assert got == sorted((root, r, 0, k) for r in range(p) if r != root)
 
 
 def test_double_binary_tree_pipelines_leaves_first() -> None:

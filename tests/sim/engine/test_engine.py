@@ -414,7 +414,7 @@ SWITCH_EXACT = [
     ("allgather", "ring"), ("allgather", "recursive_doubling"), ("allgather", "bruck"), ("allgather", "direct"),
     ("reducescatter", "ring"), ("reducescatter", "recursive_halving"), ("reducescatter", "direct"),
     ("broadcast", "binomial"), ("broadcast", "binary_tree"), ("broadcast", "chain"),
-    ("broadcast", "scatter_allgather"), ("reduce", "binomial"), ("reduce", "chain"),
+    ("broadcast", "scatter_allgather"), ("broadcast", "linear"), ("reduce", "binomial"), ("reduce", "chain"),
     ("reduce", "reducescatter_gather"), ("scatter", "binomial"), ("scatter", "linear"), ("gather", "binomial"),
     ("gather", "linear"), ("alltoall", "pairwise"), ("alltoall", "bruck"), ("alltoall", "direct"),
     ("barrier", "dissemination"), ("barrier", "recursive_doubling"), ("barrier", "central"),
