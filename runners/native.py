@@ -247,7 +247,7 @@ _META_TAG = 1 << 30
 
 
 def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadline: float, what: str,
-             schedule: Any = None, check: Any = None) -> list[list[int]]:
+             schedule: Any = None, check: Any = None, counter: int = 0) -> list[list[int]]:
     """Every rank's metadata row (runners.arguments), in one round of messages with every peer, natively.
 
     The gloo all-gather that ``runners.arguments.exchange`` makes takes p-1 rounds one after another (a
@@ -258,8 +258,10 @@ def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadlin
     pg = group if group is not None else c10d._get_default_group()
     mine = torch.tensor(row, dtype=torch.int64)
     rows = torch.empty(p, len(row), dtype=torch.int64)
-    status, peer, text = module.exchange_rows(mine, rows, rank, pg, _META_TAG, max(deadline - time.monotonic(), 0.0),
-                                              check)
+    # The tag carries the group's call counter, so rows left unmatched by a call that failed never match a
+    # later call's exchange.
+    tag = _META_TAG | (counter % _META_TAG)
+    status, peer, text = module.exchange_rows(mine, rows, rank, pg, tag, max(deadline - time.monotonic(), 0.0), check)
     if status == 0:
         return rows.tolist()
     if status == MISMATCH:

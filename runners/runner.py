@@ -240,8 +240,8 @@ def run(
         if before:
             table = [row]
         else:
-            table = native.exchange(row, group, globals_, rank, deadline, what, schedule,
-                                    watched)  # one round instead of p-1
+            table = native.exchange(row, group, globals_, rank, deadline, what, schedule, watched,
+                                    counter)  # one round instead of p-1
             check_table(schedule, table)
             if coll.kind is not Kind.ALLTOALLV:
                 cache.add(sig)

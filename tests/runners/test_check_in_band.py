@@ -128,6 +128,10 @@ def runner_job(rank: int, p: int) -> dict[str, object]:
     x = torch.full((64,), float(rank + 1))
     run(sched, x, timeout=60)
     seen["after"] = x.tolist() == [total] * 64
+    # A new signature is exchanged again: rows the failed exchange above left unmatched must not answer it.
+    x = torch.full((96,), float(rank + 1))
+    seen["new signature"] = _attempt(lambda: run(sched, x, timeout=60))
+    seen["new signature sum"] = x.tolist() == [total] * 96
     return seen
 
 
@@ -147,6 +151,7 @@ def test_a_later_call_whose_arguments_differ_on_one_rank_is_named_in_band() -> N
         assert seen["dtype"].startswith("InputError") and "ranks disagree on the dtype" in seen["dtype"] and \
             "rank 1: int32" in seen["dtype"], (rank, seen["dtype"])
         assert seen["after"] is True, (rank, seen)  # the group is usable afterwards
+        assert seen["new signature"] == "no error" and seen["new signature sum"] is True, (rank, seen)
 
 
 def backend_job(rank: int, p: int) -> dict[str, object]:
