@@ -170,21 +170,10 @@ def _native_plan(plan: RankPlan) -> NativePlan:
     return native
 
 
-_COUNTERS: dict[int, tuple[Any, list[int]]] = {}
-
-
 def next_call(group: Any) -> int:
-    """The group's checked-call counter, advanced (shared with the C++ backend's native calls on it)."""
-    pg = group if group is not None else c10d._get_default_group()
-    module = load()
-    if module is not None:
-        return int(module.next_call(pg))
-    entry = _COUNTERS.get(id(pg))
-    if entry is None or entry[0] is not pg:
-        entry = (pg, [0])
-        _COUNTERS[id(pg)] = entry
-    entry[1][0] += 1
-    return entry[1][0] - 1
+    """The group's checked-call counter, advanced (shared with the C++ backend's native calls on it); needs
+    the extension (``available()``)."""
+    return int(load().next_call(group if group is not None else c10d._get_default_group()))
 
 
 def group_store(group: Any) -> Any:
@@ -201,7 +190,7 @@ def watch(group: Any, row: list[int], rank: int, p: int, salt: int, counter: int
     store = group_store(group)
     if module is None or store is None:
         return None
-    return module.Check(store, f"collsched-stall/{counter}/", row, rank, p, salt, stall_s)
+    return module.Check(store, counter, row, rank, p, salt, stall_s)
 
 
 def execute(ctx: Context, op: int, dataflow: bool, check: Any = None) -> None:

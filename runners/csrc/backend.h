@@ -44,9 +44,8 @@ struct Spec {
   bool in_copy = false, in_initial = true, out_copy = false, in_place = false, dataflow = true;
   bool divide = false, clone_input = false, barrier = false, check_first = false;
   std::string label;
-  // The argument check after the first call (check.h): this rank's metadata row (12 fields) and the bit
-  // position of the tags' salt; checked = false: COLLSCHED_CHECK=0, no salt, no watch.
-  bool checked = false;
+  // The argument check after the first call (check.h; check_first false: COLLSCHED_CHECK=0, no salt, no
+  // watch): this rank's metadata row (12 fields) and the bit position of the tags' salt.
   std::vector<int64_t> row;
   int64_t shift = 0;
 };
@@ -566,7 +565,6 @@ class Backend : public c10d::Backend {
     s->label = t[17].cast<std::string>();
     s->index = t[18].cast<int64_t>();
     s->check_first = t[19].cast<bool>();
-    s->checked = s->check_first;
     s->row = t[20].cast<std::vector<int64_t>>();
     s->shift = t[21].cast<int64_t>();
     return s;
@@ -630,17 +628,12 @@ class Backend : public c10d::Backend {
     if (arena_.numel() < sp.budget_bytes) arena_ = at::empty({sp.budget_bytes}, at::TensorOptions().dtype(at::kByte));
     std::vector<at::Tensor> bufs{in.defined() ? in : ref, out.defined() ? out : ref, scratch.defined() ? scratch : ref};
     std::shared_ptr<Check> check;
-    if (sp.checked) {  // as runners.runner.run's checked call of a signature it checked before
+    if (sp.check_first) {  // as runners.runner.run's checked call of a signature it checked before
       int64_t counter = collsched_check::next_call(inner_);
-      check = std::make_shared<Check>();
-      check->row = sp.row;
-      check->row.push_back(1);  // checked before
-      check->salt = collsched_check::salt_of(check->row, counter, sp.shift);
-      check->store = store_;
-      check->prefix = "collsched-stall/" + std::to_string(counter) + "/";
-      check->rank = getRank();
-      check->p = getSize();
-      check->stall_s = stall_s_;
+      std::vector<int64_t> row = sp.row;
+      row.push_back(1);  // checked before
+      int64_t salt = collsched_check::salt_of(row, counter, sp.shift);
+      check = Check::make(store_, counter, std::move(row), getRank(), getSize(), salt, stall_s_);
     }
     auto started = Clock::now();
     auto [status, item, text] = sp.plan->run(bufs, sp.s, inner_, arena_, sp.barrier ? TOKEN : sp.op, seconds,

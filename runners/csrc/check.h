@@ -69,7 +69,7 @@ inline int64_t salt_of(const std::vector<int64_t>& row, int64_t counter, int64_t
 // One run's check: what its waits are watched with.
 struct Check {
   c10::intrusive_ptr<c10d::Store> store;
-  std::string prefix;  // <group prefix>/<counter>/
+  std::string prefix;  // collsched-stall/<counter>/ (the store is the group's own)
   std::vector<int64_t> row;
   int64_t rank = 0, p = 1, salt = 0;
   double stall_s = 1.0;
@@ -81,6 +81,20 @@ struct Check {
   Clock::time_point since{}, next_look{};
   bool written = false, mismatch = false, confirming = false;
   std::string seen;  // "rank:v,v,...;rank:..." of every row seen when a mismatch was found
+
+  // The watch of checked call number `counter` on its group (rows under collsched-stall/<counter>/<rank>).
+  static std::shared_ptr<Check> make(c10::intrusive_ptr<c10d::Store> store, int64_t counter, std::vector<int64_t> row,
+                                     int64_t rank, int64_t p, int64_t salt, double stall_s) {
+    auto c = std::make_shared<Check>();
+    c->store = std::move(store);
+    c->prefix = "collsched-stall/" + std::to_string(counter) + "/";
+    c->row = std::move(row);
+    c->rank = rank;
+    c->p = p;
+    c->salt = salt;
+    c->stall_s = stall_s;
+    return c;
+  }
 
   std::string key(int64_t r) const { return prefix + std::to_string(r); }
 

@@ -560,20 +560,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("tag"), py::arg("seconds"), py::arg("check") = nullptr, py::call_guard<py::gil_scoped_release>());
   // The in-band check (check.h): one run's watch, its salt and the group's call counter.
   py::class_<Check, std::shared_ptr<Check>>(m, "Check")
-      .def(py::init([](c10::intrusive_ptr<c10d::Store> store, std::string prefix, std::vector<int64_t> row,
-                       int64_t rank, int64_t p, int64_t salt, double stall_s) {
-             auto c = std::make_shared<Check>();
-             c->store = std::move(store);
-             c->prefix = std::move(prefix);
-             c->row = std::move(row);
-             c->rank = rank;
-             c->p = p;
-             c->salt = salt;
-             c->stall_s = stall_s;
-             return c;
-           }),
-           py::arg("store"), py::arg("prefix"), py::arg("row"), py::arg("rank"), py::arg("p"), py::arg("salt"),
-           py::arg("stall_s"))
+      .def(py::init(&Check::make), py::arg("store"), py::arg("counter"), py::arg("row"), py::arg("rank"), py::arg("p"),
+           py::arg("salt"), py::arg("stall_s"))
       .def_readonly("salt", &Check::salt);
   m.def("salt_of", &collsched_check::salt_of, py::arg("row"), py::arg("counter"), py::arg("shift"));
   m.def("next_call", &collsched_check::next_call, py::arg("group"));
