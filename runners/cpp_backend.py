@@ -29,6 +29,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
+from algorithms.errors import UsageError
 from algorithms.ir import Buf, Kind
 from runners import native
 from runners.arguments import (
@@ -50,10 +51,16 @@ from runners.plan import RankPlan, rank_plan
 from runners.policy import P2P, schedule
 from runners.runner import AUTO_CPU
 from runners.switching import SwitchError, on_torch
+from sim import units
 
-__all__ = ["ENV_BACKEND", "KINDS", "Core", "group_of", "unavailable", "wrap"]
+__all__ = ["ENV_BACKEND", "ENV_INLINE", "INLINE_BYTES", "KINDS", "Core", "group_of", "inline_bytes", "unavailable",
+           "wrap"]
 
 ENV_BACKEND = "COLLSCHED_BACKEND"
+ENV_INLINE = "COLLSCHED_INLINE_BYTES"
+INLINE_BYTES = 256 << 10
+"""Default of ``COLLSCHED_INLINE_BYTES``: native collectives up to this size (the larger of input and output)
+run in the calling thread when the group's worker is idle (docs/backend.md, "Performance")."""
 KINDS = (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL,
          Kind.BARRIER)
 """The kinds backend.h serves natively, in its ``Kind`` enum's order."""
@@ -70,6 +77,18 @@ def unavailable() -> str | None:
     if native.chosen() == "python":
         return native.build_note() or f"{native.ENV_EXECUTOR}=python"
     return None
+
+
+def inline_bytes() -> int:
+    """``COLLSCHED_INLINE_BYTES`` (a size such as ``256KiB``; 0: every collective goes to the worker thread)."""
+    text = os.environ.get(ENV_INLINE, "").strip()
+    if not text:
+        return INLINE_BYTES
+    try:
+        value = units.parse_size(text, ENV_INLINE)
+    except UsageError as e:
+        raise ValueError(str(e)) from None
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -195,7 +214,7 @@ def wrap(group: Any) -> Any:
     core = Core(group)
     inner = group._inner["cpu"]
     return module.make_backend(group.rank(), group.size(), core, inner, group._timeout.total_seconds(), counts, True,
-                               native.group_store(inner), stall_seconds())
+                               native.group_store(inner), stall_seconds(), inline_bytes())
 
 
 def group_of(pg: Any = None) -> Any:

@@ -87,6 +87,22 @@ class Queue {
 
   bool on_worker() const { return std::this_thread::get_id() == worker_; }
 
+  // The caller may run a job itself, in its own thread, when nothing is queued or running (the order of
+  // collectives is kept: a job submitted meanwhile waits until end_inline). True if it may.
+  bool begin_inline() {
+    std::lock_guard<std::mutex> g(m_);
+    if (closed_ || busy_ || !jobs_.empty()) return false;
+    busy_ = true;
+    return true;
+  }
+  void end_inline() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      busy_ = false;
+    }
+    cv_.notify_one();
+  }
+
   // On the worker (a callback chained on a future waiting for a later collective): run queued jobs inline.
   void run_until(const std::function<bool()>& done) {
     while (!done()) {
@@ -120,12 +136,15 @@ class Queue {
       Job job;
       {
         std::unique_lock<std::mutex> g(m_);
-        cv_.wait(g, [this] { return closed_ || !jobs_.empty(); });
+        cv_.wait(g, [this] { return !busy_ && (closed_ || !jobs_.empty()); });
         if (jobs_.empty()) return;
         job = std::move(jobs_.front());
         jobs_.pop_front();
+        busy_ = true;
       }
       job();
+      std::lock_guard<std::mutex> g(m_);
+      busy_ = false;
     }
   }
 
@@ -134,6 +153,7 @@ class Queue {
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   bool closed_ = false;
+  bool busy_ = false;  // a job is running: on the worker, or inline in a caller's thread
   std::thread thread_;
   std::thread::id worker_;
 };
@@ -271,7 +291,8 @@ enum Kind : int { ALLREDUCE = 0, BROADCAST = 1, REDUCE = 2, ALLGATHER = 3, REDUC
 class Backend : public c10d::Backend {
  public:
   Backend(int rank, int size, py::object core, c10::intrusive_ptr<c10d::ProcessGroup> inner, double seconds,
-          std::shared_ptr<Counts> counts, bool native, c10::intrusive_ptr<c10d::Store> store, double stall_s)
+          std::shared_ptr<Counts> counts, bool native, c10::intrusive_ptr<c10d::Store> store, double stall_s,
+          int64_t inline_bytes)
       : c10d::Backend(rank, size),
         core_(std::move(core)),
         inner_(std::move(inner)),
@@ -280,6 +301,7 @@ class Backend : public c10d::Backend {
         seconds_(seconds),
         counts_(std::move(counts)),
         native_(native),  // false: every call takes the Python path
+        inline_bytes_(inline_bytes),
         queue_(std::make_shared<Queue>("r" + std::to_string(rank))) {}
 
   ~Backend() override {
@@ -596,7 +618,7 @@ class Backend : public c10d::Backend {
                                         at::Tensor output, std::vector<at::Tensor> results, Ms timeout) {
     auto work = c10::make_intrusive<Work>(type, what, queue_);
     double seconds = seconds_of(timeout);
-    queue_->submit([this, work, spec, input, output, results, seconds] {
+    auto job = [this, work, spec, input, output, results, seconds] {
       try {
         run_native(*spec, input, output, seconds);
         counts_->add(spec->label);
@@ -604,7 +626,18 @@ class Backend : public c10d::Backend {
       } catch (...) {
         work->fail(capture());
       }
-    });
+    };
+    // A small collective with nothing ahead of it runs in the caller's thread: two thread hand-offs (to
+    // the worker and back) are most of a small collective's time on a loaded host. The caller holds no
+    // GIL (torch's bindings release it), and no callback can be chained yet, so the Work is simply
+    // complete when it is returned. A caller holding the GIL, or a larger message, goes to the worker.
+    int64_t bytes = std::max(input.defined() ? input.nbytes() : 0, output.defined() ? output.nbytes() : 0);
+    if (bytes <= inline_bytes_ && !PyGILState_Check() && queue_->begin_inline()) {
+      job();
+      queue_->end_inline();
+    } else {
+      queue_->submit(std::move(job));
+    }
     track(work);
     return work;
   }
@@ -679,6 +712,7 @@ class Backend : public c10d::Backend {
   double seconds_;
   std::shared_ptr<Counts> counts_;
   bool native_;
+  int64_t inline_bytes_;  // COLLSCHED_INLINE_BYTES: the largest native collective run in the caller's thread
   std::shared_ptr<Queue> queue_;
   std::mutex cache_m_;
   std::unordered_map<Key, std::shared_ptr<Spec>, KeyHash> cache_;
@@ -694,9 +728,10 @@ class Backend : public c10d::Backend {
 inline c10::intrusive_ptr<c10d::Backend> make_backend(int rank, int size, py::object core,
                                                       const c10::intrusive_ptr<c10d::ProcessGroup>& inner,
                                                       double seconds, std::shared_ptr<Counts> counts, bool native,
-                                                      c10::intrusive_ptr<c10d::Store> store, double stall_s) {
+                                                      c10::intrusive_ptr<c10d::Store> store, double stall_s,
+                                                      int64_t inline_bytes) {
   return c10::make_intrusive<Backend>(rank, size, std::move(core), inner, seconds, std::move(counts), native,
-                                      std::move(store), stall_s);
+                                      std::move(store), stall_s, inline_bytes);
 }
 
 inline void bind(py::module_& m) {
@@ -710,7 +745,8 @@ inline void bind(py::module_& m) {
   });
   py::class_<Counts, std::shared_ptr<Counts>>(m, "Counts").def(py::init<>()).def("items", &Counts::items);
   m.def("make_backend", &make_backend, py::arg("rank"), py::arg("size"), py::arg("core"), py::arg("inner"),
-        py::arg("seconds"), py::arg("counts"), py::arg("native"), py::arg("store"), py::arg("stall_s"));
+        py::arg("seconds"), py::arg("counts"), py::arg("native"), py::arg("store"), py::arg("stall_s"),
+        py::arg("inline_bytes"));
   m.def("core_of", [](const c10::intrusive_ptr<c10d::Backend>& b) -> py::object {
     auto* ours = dynamic_cast<Backend*>(b.get());
     return ours ? ours->core() : py::none();

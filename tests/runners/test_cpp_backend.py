@@ -30,9 +30,11 @@ def _finishes_while_python_spins(rank: int, group: dist.ProcessGroup, cap: float
 
     Under the Python backend the native executor moves the data without the GIL too, but its worker thread
     needs the GIL to complete the Work: the Work is the difference."""
-    dist.all_reduce(torch.ones(64), group=group)  # the signature is prepared: the next call is a cache hit
+    # 512 KiB: above COLLSCHED_INLINE_BYTES, so the call returns at once and the worker thread runs it.
+    n = 1 << 17
+    dist.all_reduce(torch.ones(n), group=group)  # the signature is prepared: the next call is a cache hit
     dist.barrier()
-    x = torch.full((64,), float(rank + 1))
+    x = torch.full((n,), float(rank + 1))
     if rank == 1:
         time.sleep(1.5)
         dist.all_reduce(x, group=group)
@@ -106,6 +108,24 @@ def backend_job(rank: int) -> dict[str, object]:
             raised.append(type(e).__name__)
     got["raised"] = raised
     got["signatures"] = native.load().native_signatures(g._get_backend(torch.device("cpu")))
+    # A small collective (up to COLLSCHED_INLINE_BYTES) runs in the calling thread when the worker is idle, so
+    # its Work is complete when the call returns; never ahead of one issued before it (16 MiB, on the worker).
+    big, small = torch.ones(1 << 22), torch.ones(1024)
+    dist.all_reduce(big, group=g)
+    dist.all_reduce(small, group=g)  # both signatures prepared
+    time.sleep(0.05)  # the worker has let go of its last job
+    alone = dist.all_reduce(small, group=g, async_op=True)
+    assert alone is not None
+    got["alone"] = alone.is_completed()
+    big.fill_(rank + 1.0)
+    small.fill_(rank + 1.0)
+    wb = dist.all_reduce(big, group=g, async_op=True)
+    ws = dist.all_reduce(small, group=g, async_op=True)
+    assert wb is not None and ws is not None
+    got["behind"] = (wb.is_completed(), ws.is_completed())
+    ws.wait()
+    wb.wait()
+    got["behind_values"] = (big[0].item(), big[-1].item(), small[0].item())
     # A collective in flight finishes while Python holds the GIL, on the C++ backend only (the control: Python's).
     got["gil_cpp"] = _finishes_while_python_spins(rank, g, 4.0)
     os.environ[cpp_backend.ENV_BACKEND] = "python"
@@ -130,5 +150,22 @@ def test_the_cpp_backend_caches_signatures_keeps_order_and_needs_no_gil() -> Non
         assert r["mixed"] == [2.0, [0.0, 1.0], 4.0], r
         assert r["raised"] == ["InputError", "InputError"], r
         assert r["signatures"] == 2, r  # BAND on floats is refused in Python: no native signature for it
+        assert r["alone"] is True, r
+        assert r["behind"] != (False, True), r  # the small call did not overtake the big one
+        assert r["behind_values"] == (3.0, 3.0, 3.0), r
         if rank == 0:
             assert (r["gil_cpp"], r["gil_python"]) == (True, False), r
+
+
+def test_inline_bytes_reads_a_size_and_names_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runners import cpp_backend
+
+    monkeypatch.delenv(cpp_backend.ENV_INLINE, raising=False)
+    assert cpp_backend.inline_bytes() == 256 * 1024
+    for text, want in (("0", 0), ("4KiB", 4096), ("1MiB", 1 << 20)):
+        monkeypatch.setenv(cpp_backend.ENV_INLINE, text)
+        assert cpp_backend.inline_bytes() == want
+    for bad in ("-1", "lots"):
+        monkeypatch.setenv(cpp_backend.ENV_INLINE, bad)
+        with pytest.raises(ValueError, match="COLLSCHED_INLINE_BYTES"):
+            cpp_backend.inline_bytes()
