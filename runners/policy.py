@@ -217,6 +217,14 @@ def _band(max_bytes: int | None, *names: str, max_ranks: int | None = None) -> R
 #   ahead of the ring or level at every size: at 4 MiB 0.81-1.05x torch
 #   against the ring's 0.63-0.88 on 4 ranks, 0.91-1.15x against 0.58-0.69 on 8.
 #   It stages up to (p-1)/p of the buffer, hence the bounds.
+# Broadcast above 64 KiB on up to 4 ranks: the root sending the whole buffer to
+# every peer at once (`linear`) beats scatter + ring all-gather, which moves
+# each byte through every rank's host once more: through the C++ backend on 4
+# gloo ranks (`benchmarks/bench_native.py`-style timing, 3 launches of 7
+# iterations, 2026-12-02) linear 0.98 / 0.99x torch at 4 / 64 MiB against
+# scatter_allgather's 0.78 / 0.77 (binomial 0.78 / 0.94); an earlier session
+# measured 0.86 / 0.95 against 0.55 / 0.77. The calibrated model ranks it first
+# too, by 7-10%. Larger worlds keep scatter_allgather: the root's p-1 copies grow.
 # Larger worlds keep the previous bands (not measured here: 2 cores). From
 # 32 MiB the ring pipelines 4 chunks per piece (at 64 MiB on 4 ranks within
 # noise of 1 or 2 chunks and of direct: 0.82-0.93x torch for all of them).
@@ -230,7 +238,8 @@ HAND_DEFAULTS: Mapping[Kind, tuple[Rule, ...]] = {
     ),
     Kind.ALLGATHER: (_band(64 * _KIB, "recursive_doubling", "bruck", "ring"), _band(None, "ring")),
     Kind.REDUCESCATTER: (_band(64 * _KIB, "recursive_halving", "ring"), _band(None, "ring")),
-    Kind.BROADCAST: (_band(64 * _KIB, "binomial"), _band(None, "scatter_allgather", "binomial")),
+    Kind.BROADCAST: (_band(64 * _KIB, "binomial"), _band(None, "linear", "binomial", max_ranks=4),
+                     _band(None, "scatter_allgather", "binomial")),
     Kind.REDUCE: (_band(64 * _KIB, "binomial"), _band(None, "reducescatter_gather", "binomial")),
     Kind.SCATTER: (_band(None, "binomial", "linear"),),
     Kind.GATHER: (_band(None, "binomial", "linear"),),
