@@ -232,9 +232,10 @@ def run(
         cache = checked_before(group if group is not None else dist.group.WORLD)
         sig = signature(row)
         counter = native.next_call(group)
-        shift = salt_shift(schedule)
-        before = code == 0 and sig in cache and coll.kind is not Kind.ALLTOALLV
-        salt = salt_of([*row, int(before)], counter, shift) if coll.kind is not Kind.ALLTOALLV else 0
+        # An alltoallv (a schedule per traffic matrix) is exchanged every call, never checked in band.
+        in_band = coll.kind is not Kind.ALLTOALLV
+        before = in_band and code == 0 and sig in cache
+        salt = salt_of([*row, int(before)], counter, salt_shift(schedule)) if in_band else 0
         before = before and salt != 0
         watched = native.watch(group, [*row, int(before)], rank, p, salt, counter, stall_seconds())
         if before:
@@ -243,7 +244,7 @@ def run(
             table = native.exchange(row, group, globals_, rank, deadline, what, schedule, watched,
                                     counter)  # one round instead of p-1
             check_table(schedule, table)
-            if coll.kind is not Kind.ALLTOALLV:
+            if in_band:
                 cache.add(sig)
     elif check and p > 1:
         table = exchange(row, group, globals_, meta_device(group), rank, deadline, what)
