@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -437,16 +438,17 @@ class SignatureCache:
             self.seen.add(sig)
 
 
-_CACHES: dict[int, tuple[Any, SignatureCache]] = {}
+# Held weakly: a strong reference would keep a destroyed group (and its gloo worker threads) alive into the
+# interpreter's shutdown, where a worker still dropping its last Work needs the GIL and aborts the process.
+_CACHES: weakref.WeakKeyDictionary[Any, SignatureCache] = weakref.WeakKeyDictionary()
 
 
 def checked_before(group: Any) -> SignatureCache:
-    """The signature cache of ``group`` (the group is kept with it, so its id is not reused meanwhile)."""
-    entry = _CACHES.get(id(group))
-    if entry is None or entry[0] is not group:
-        entry = (group, SignatureCache())
-        _CACHES[id(group)] = entry
-    return entry[1]
+    """The signature cache of ``group``, which lives as long as the group does."""
+    cache = _CACHES.get(group)
+    if cache is None:
+        cache = _CACHES[group] = SignatureCache()
+    return cache
 
 
 def parse_rows(text: str) -> dict[int, list[int]]:

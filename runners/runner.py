@@ -65,6 +65,7 @@ reduce ops), ``runners.staging`` (staging memory), ``runners.executors`` (the tw
 from __future__ import annotations
 
 import time
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -108,8 +109,8 @@ AUTO_CPU: dict[Kind, str] = {}
 """``executor="auto"`` on gloo: the executor per kind where the grouped one measured faster (see
 docs/backend.md, "Performance"); kinds not listed use the dataflow executor."""
 
-# Groups whose communicator is known to exist (CUDA): id -> the group, kept so that the id stays its own.
-_READY: dict[int, Any] = {}
+# Groups whose communicator is known to exist (CUDA), held weakly (see runners.arguments._CACHES).
+_READY: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _ensure_communicator(group: Any, device: torch.device) -> None:
@@ -121,11 +122,11 @@ def _ensure_communicator(group: Any, device: torch.device) -> None:
     every rank of the run reaches.
     """
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    if id(pg) in _READY and _READY[id(pg)] is pg:
+    if pg in _READY:
         return
     if getattr(pg, "bound_device_id", None) is None:
         dist.all_reduce(torch.zeros(1, device=device), group=group)
-    _READY[id(pg)] = pg
+    _READY.add(pg)
 
 
 def _executor(executor: str, device: torch.device, kind: Kind) -> str:

@@ -181,3 +181,27 @@ def test_the_backend_checks_by_default_and_names_a_later_differing_call(monkeypa
         assert "InputError" in seen["count"] and "ranks disagree on the per-rank element count (" in seen["count"] \
             and "rank 1: 2048" in seen["count"] and ": 1024" in seen["count"], (rank, seen["count"])
 
+
+
+def _released_job(rank: int) -> bool:
+    """A checked native run on a subgroup, which is then destroyed: whether collsched still holds the group."""
+    import gc
+    import weakref
+
+    group = dist.new_group([0, 1])
+    sched = registry.get("allreduce", "ring").build(2)
+    for _ in range(2):  # the exchange, then in band: the group's signature cache is made
+        run(sched, torch.ones(8), group=group, check=True)
+    ref = weakref.ref(group)
+    dist.destroy_process_group(group)
+    del group
+    gc.collect()
+    return ref() is None
+
+
+@needs_native
+@pytest.mark.multiprocess
+def test_a_destroyed_group_is_not_kept_alive_by_the_checks_cache() -> None:
+    # A cache that keeps the group keeps its gloo worker threads into interpreter shutdown, where one still
+    # dropping its last Work needs the GIL and aborts the process ("terminate called without an active exception").
+    assert spawn(_released_job, 2, timeout=120) == [True, True]
