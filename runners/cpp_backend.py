@@ -60,7 +60,7 @@ ENV_BACKEND = "COLLSCHED_BACKEND"
 ENV_INLINE = "COLLSCHED_INLINE_BYTES"
 INLINE_BYTES = 256 << 10
 """Default of ``COLLSCHED_INLINE_BYTES``: native collectives up to this size (the larger of input and output)
-run in the calling thread when the group's worker is idle (docs/backend.md, "Performance")."""
+run in the calling thread when the group's worker is idle (docs/backend.md, "The C++ backend")."""
 KINDS = (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL,
          Kind.BARRIER)
 """The kinds backend.h serves natively, in its ``Kind`` enum's order."""

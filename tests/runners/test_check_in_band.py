@@ -182,7 +182,6 @@ def test_the_backend_checks_by_default_and_names_a_later_differing_call(monkeypa
             and "rank 1: 2048" in seen["count"] and ": 1024" in seen["count"], (rank, seen["count"])
 
 
-
 def _released_job(rank: int) -> bool:
     """A checked native run on a subgroup, which is then destroyed: whether collsched still holds the group."""
     import gc
