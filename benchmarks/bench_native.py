@@ -1,6 +1,7 @@
 """Benchmark: the C++ backend, the Python backend and gloo side by side in one job (and the two executors).
 
-    python benchmarks/bench_native.py [--nproc 4] [--launches 5] [--iters 7] [--sizes 4KiB,64KiB,1MiB,16MiB,64MiB]
+    python benchmarks/bench_native.py [--nproc 4] [--launches 5] [--iters 7] [--reps auto|N]
+        [--sizes 4KiB,64KiB,1MiB,16MiB,64MiB]
         [--kinds allreduce,allgather,reducescatter,broadcast,alltoall] [--no-overlap] [--no-steps] [--json]
 
 Each launch spawns ``--nproc`` ranks whose default group is ``collsched`` (the C++ backend,
@@ -15,11 +16,17 @@ launch reports the median over its iterations, and the table the median over lau
 
 - ``busbw`` (one row per kind and size): ratio = gloo time / collsched time (= busbw ratio; above 1
   collsched is faster), for ``dist.all_reduce``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``,
-  ``broadcast`` and ``all_to_all_single`` with the policy's algorithm.
-- ``per-step host overhead``: ``runners.runner.run`` of a 2(p-1)-step ring all-reduce with chunks=8 on one
-  element per chunk (messages of 4 bytes): wall time per step, native and Python, same processes; ``per-step
-  host CPU``: the CPU time of the rank's process (all its threads, gloo's included) per step, which waiting
-  on a loaded machine does not inflate.
+  ``broadcast`` and ``all_to_all_single`` with the policy's algorithm. As nccl-tests times, a sample is
+  ``--reps`` calls back to back divided by their number (``auto``: about 20 ms of gloo's time per sample, at
+  most 50 calls, one call from 64 MiB up here), after a barrier; ``--reps 1`` times one call alone after
+  the barrier, which on a host whose thread wake-ups take tens of microseconds measures mostly those.
+- ``per-step``: ``runners.runner.run`` of a pipelined chain reduce with 32 chunks (32 + p - 2 steps; one
+  element per chunk, messages of 4 bytes), native and Python, same processes, beside the ``transport floor``:
+  the same rank's sends and receives of that plan posted step by step from C++ with nothing else
+  (``transport_floor`` in runners/csrc/executor.cpp). Rows: ``wall`` per step; ``process CPU`` (all the rank's
+  threads, gloo's included); ``thread CPU`` (the thread that runs the engine: its posting, waiting,
+  bookkeeping and arithmetic); ``host overhead`` = thread CPU minus the floor's: what the engine itself
+  spends per step beyond the transport, the figure the native/Python ratio is about.
 - ``check``: a 4 KiB all-reduce (``runners.runner.run``) with the cross-rank argument check over one
   without, per engine (native: one round of messages; Python: gloo's all-gather, p-1 rounds).
 - ``issue``: the caller's host time to issue one ``async_op=True`` all-reduce of 4 bytes (a cached signature),
@@ -46,12 +53,18 @@ import torch.distributed as dist
 
 import runners.backend  # registers collsched in the spawned ranks too
 from algorithms import registry
+from runners import native
 from runners.launch import spawn
+from runners.plan import Role, rank_plan
 from runners.runner import run
 from sim import units
 
 SIDES = ("gloo", "cpp", "pyback")
 BACKENDS = SIDES[1:]
+STEP_SIDES = ("native", "python", "floor")
+SAMPLE_S = 0.02  # --reps auto: a busbw sample of about this long per side
+MAX_REPS = 50
+STEP_CHUNKS = 32  # the per-step rows' chain reduce: chunks + p - 2 steps
 
 
 def _size(nbytes: int) -> str:
@@ -111,37 +124,60 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
     iters, warmup = args["iters"], args["warmup"]
     times: dict[str, dict[str, list[float]]] = {}
 
-    def timed(metric: str, i: int, fns: dict[str, Any]) -> None:
+    def timed(metric: str, i: int, fns: dict[str, Any], reps: int = 1) -> None:
         order = list(SIDES[i % 3:] + SIDES[:i % 3])
         for name in order:
             g = _side(name, world, gloo, pyback)
             dist.barrier(group=gloo)
             start = time.perf_counter()
-            fns[name](g)
-            dt = time.perf_counter() - start
+            for _ in range(reps):
+                fns[name](g)
+            dt = (time.perf_counter() - start) / reps
             if i >= warmup:
                 times.setdefault(metric, {}).setdefault(name, []).append(dt)
 
     for kind in args["kinds"]:
         for size in args["sizes"]:
             call = _call(kind, size, p)
+            reps = args["reps"]
+            if reps == 0:  # as nccl-tests: enough calls back to back to fill a sample, the same on every rank
+                dist.barrier(group=gloo)
+                start = time.perf_counter()
+                for _ in range(3):
+                    call(gloo)
+                once = max(_slowest([(time.perf_counter() - start) / 3], gloo))
+                reps = max(1, min(MAX_REPS, int(SAMPLE_S / once)))
             for i in range(warmup + iters):
-                timed(f"{kind} {_size(size)}", i, dict.fromkeys(SIDES, call))
+                timed(f"{kind} {_size(size)}", i, dict.fromkeys(SIDES, call), reps)
     if args["steps"]:
-        sched = registry.get("allreduce", "ring").build(p, chunks=8)
+        # Many steps per run, so the per-run cost (runner.run's Python checks and binding, paid by both
+        # engines) hardly counts: a pipelined chain reduce, one receive + add and one send per rank and step.
+        sched = registry.get("reduce", "chain").build(p, chunks=STEP_CHUNKS)
         x = torch.ones(sched.collective.chunks)
         steps = len(sched.steps)
+        # The transport floor: this rank's sends and receives of the same plan, step by step, posted from C++
+        # with nothing else (runners/csrc/executor.cpp's transport_floor); what an engine's thread spends
+        # beyond it per step is the engine's own host overhead.
+        plan = rank_plan(sched, dist.get_rank())
+        rows = [[it.step, int(it.role), it.peer, it.transfer.count * x.element_size(), it.tid]
+                for it in plan.items if it.role in (Role.SEND, Role.RECV)]
+        module = native.load()
         for i in range(warmup + iters):
-            for name in ("native", "python"):
+            for name in ("native", "python", "floor"):
                 dist.barrier(group=gloo)
-                start, cpu = time.perf_counter(), time.process_time()
-                for _ in range(10):
-                    run(sched, x, group=gloo, check=False, engine=name)
+                start, cpu, mine = time.perf_counter(), time.process_time(), time.thread_time()
+                if name == "floor":
+                    module.transport_floor(rows, gloo, 10)
+                else:
+                    for _ in range(10):
+                        run(sched, x, group=gloo, check=False, engine=name)
                 dt = (time.perf_counter() - start) / steps / 10
                 dcpu = (time.process_time() - cpu) / steps / 10  # this process's threads, gloo's included
+                dthread = (time.thread_time() - mine) / steps / 10  # the thread that runs the engine, alone
                 if i >= warmup:
-                    times.setdefault("per-step host overhead", {}).setdefault(name, []).append(dt)
-                    times.setdefault("per-step host CPU", {}).setdefault(name, []).append(dcpu)
+                    times.setdefault("per-step wall", {}).setdefault(name, []).append(dt)
+                    times.setdefault("per-step process CPU", {}).setdefault(name, []).append(dcpu)
+                    times.setdefault("per-step thread CPU", {}).setdefault(name, []).append(dthread)
     if args["steps"]:  # the default argument check: a checked 4 KiB all-reduce over an unchecked one
         sched = registry.get("allreduce", "recursive_doubling" if p & (p - 1) == 0 else "ring").build(p)
         x = torch.ones(1024)
@@ -202,15 +238,19 @@ def _rows(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     metrics = [m for m in launches[0] if m != "executed" and not m.startswith(("overlap", "check", "issue"))]
     for m in metrics:
         row: dict[str, Any] = {"metric": m}
-        if m.startswith("per-step host"):
-            ratios = [r[m]["native"] / r[m]["python"] for r in launches]
-            row.update(native_us=statistics.median(1e6 * r[m]["native"] for r in launches),
-                       python_us=statistics.median(1e6 * r[m]["python"] for r in launches), native_over_python=ratios)
+        if m.startswith("per-step"):
+            row.update({f"{e}_us": statistics.median(1e6 * r[m][e] for r in launches) for e in STEP_SIDES})
+            row["native_over_python"] = [r[m]["native"] / r[m]["python"] for r in launches]
         else:
             for side in BACKENDS:
                 row[side] = [r[m]["gloo"] / r[m][side] for r in launches]
             row["gloo_ms"] = statistics.median(1e3 * r[m]["gloo"] for r in launches)
         rows.append(row)
+        if m == "per-step thread CPU":  # the engines' own overhead: their thread's CPU beyond the transport floor
+            rows.append({"metric": "per-step host overhead", **{
+                f"{e}_us": statistics.median(1e6 * (r[m][e] - r[m]["floor"]) for r in launches)
+                for e in ("native", "python")}, "native_over_python": [
+                (r[m]["native"] - r[m]["floor"]) / (r[m]["python"] - r[m]["floor"]) for r in launches]})
     for side in ("native", "python"):
         if f"check {side}" in launches[0]:
             rows.append({"metric": f"check {side}", "checked_over_unchecked": [
@@ -238,13 +278,18 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=5)
     parser.add_argument("--iters", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--reps", default="auto",
+                        help="calls back to back per busbw sample (auto: about 20 ms of gloo's time, at most 50)")
     parser.add_argument("--sizes", default="4KiB,64KiB,1MiB,16MiB,64MiB")
     parser.add_argument("--kinds", default="allreduce,allgather,reducescatter,broadcast,alltoall")
     parser.add_argument("--no-overlap", dest="overlap", action="store_false")
     parser.add_argument("--no-steps", dest="steps", action="store_false")
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_args()
-    args = vars(ns) | {"sizes": [int(s) for s in units.parse_sizes(ns.sizes)], "kinds": ns.kinds.split(",")}
+    if ns.reps != "auto" and not (ns.reps.isdigit() and int(ns.reps) > 0):
+        parser.error(f"--reps must be a positive integer or auto, got {ns.reps!r}")
+    args = vars(ns) | {"sizes": [int(s) for s in units.parse_sizes(ns.sizes)], "kinds": ns.kinds.split(","),
+                       "reps": 0 if ns.reps == "auto" else int(ns.reps)}
     os.environ["COLLSCHED_CHECK"] = "1"  # the default check on, whatever the caller's environment says
     launches = [spawn(_rank, ns.nproc, args, backend="collsched", timeout=3000)[0] for _ in range(ns.launches)]
     rows = _rows(launches)
@@ -257,7 +302,8 @@ def main() -> None:
             print(f"{r['metric']:<22} gloo {r['gloo_ms']:8.2f} ms   gloo/cpp {_spread(r['cpp'])}   "
                   f"gloo/pyback {_spread(r['pyback'])}")
         elif "python_us" in r:
-            print(f"{r['metric']:<22} native {r['native_us']:.1f} us/step, python {r['python_us']:.1f} us/step, "
+            floor = f", transport floor {r['floor_us']:.1f}" if "floor_us" in r else ""
+            print(f"{r['metric']:<22} native {r['native_us']:.1f} us/step, python {r['python_us']:.1f} us/step{floor}, "
                   f"native/python {_spread(r['native_over_python'])}")
         elif r["metric"] == "issue":
             print(f"{'issue (async, 4 B)':<22} gloo {r['gloo_us']:.1f} us, cpp {r['cpp_us']:.1f} us, "

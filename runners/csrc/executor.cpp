@@ -402,8 +402,14 @@ class Plan {
         }
       };
 
-      for (int64_t i = 0; i < n; ++i) {
-        if (deps_left[i] == 0) todo.emplace_back(DEPS, i);
+      // The ready items are taken (todo is a stack) receives first, then sends, then local transfers, each
+      // in program order: a receive posted early lets gloo's pair tell its peer at once, so the matching
+      // send goes out without waiting for that word (gloo's own collectives post receives first too), and
+      // local copies overlap the messages in flight.
+      for (int role : {LOCAL, SEND, RECV}) {
+        for (int64_t i = n - 1; i >= 0; --i) {
+          if (deps_left[i] == 0 && items[i].role == role) todo.emplace_back(DEPS, i);
+        }
       }
       post_staged();
       while (done < n) {
@@ -542,6 +548,34 @@ std::tuple<int, int64_t, std::string> exchange_rows(const at::Tensor& mine, cons
   return {OK, -1, ""};
 }
 
+// The transport's own cost of a plan's messages, for benchmarks/bench_native.py's host-overhead row: each
+// step's sends and receives (rows: step, role, peer, bytes, tag; in step order) posted straight to the
+// backend and waited on, `repeats` times, with no plan, no dependencies, no staging and no arithmetic.
+// What an executor spends beyond this, per step, is its own overhead.
+void transport_floor(const std::vector<std::vector<int64_t>>& rows, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                     int64_t repeats) {
+  auto backend = pg->getBackend(c10::DeviceType::CPU);
+  std::vector<at::Tensor> bufs;
+  for (const auto& r : rows) {
+    TORCH_CHECK(r.size() == 5, "collsched transport_floor: a row needs 5 fields, got ", r.size());
+    bufs.push_back(at::empty({r[3]}, at::TensorOptions().dtype(at::kByte)));
+  }
+  for (int64_t rep = 0; rep < repeats; ++rep) {
+    size_t i = 0;
+    while (i < rows.size()) {
+      size_t j = i;
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (; j < rows.size() && rows[j][0] == rows[i][0]; ++j) {
+        std::vector<at::Tensor> v{bufs[j]};
+        int peer = static_cast<int>(rows[j][2]), tag = static_cast<int>(rows[j][4]);
+        works.push_back(rows[j][1] == SEND ? backend->send(v, peer, tag) : backend->recv(v, peer, tag));
+      }
+      for (auto& w : works) w->wait();
+      i = j;
+    }
+  }
+}
+
 }  // namespace
 
 #include "backend.h"  // the c10d::Backend, in this translation unit (it runs Plan)
@@ -558,6 +592,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::call_guard<py::gil_scoped_release>());
   m.def("exchange_rows", &exchange_rows, py::arg("mine"), py::arg("rows"), py::arg("rank"), py::arg("group"),
         py::arg("tag"), py::arg("seconds"), py::arg("check") = nullptr, py::call_guard<py::gil_scoped_release>());
+  m.def("transport_floor", &transport_floor, py::arg("rows"), py::arg("group"), py::arg("repeats"),
+        py::call_guard<py::gil_scoped_release>());
   // The in-band check (check.h): one run's watch, its salt and the group's call counter.
   py::class_<Check, std::shared_ptr<Check>>(m, "Check")
       .def(py::init(&Check::make), py::arg("store"), py::arg("counter"), py::arg("row"), py::arg("rank"), py::arg("p"),

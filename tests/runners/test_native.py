@@ -105,3 +105,32 @@ def test_no_compiler_means_one_line_and_the_python_executor(tmp_path: Path) -> N
     lines = [line for line in out.stderr.splitlines() if "native executor" in line]
     assert lines == ["collsched: native executor unavailable (no C++ compiler found (set CXX or install g++)); "
                      "the Python executor runs"], out.stderr[-2000:]
+
+
+def floor_job(rank: int) -> tuple[bool, str]:
+    """benchmarks/bench_native.py's transport floor on this rank's part of a 3-rank ring all-reduce: it
+    completes only if every row's peer, tag and size match its partner's (a mismatch times out)."""
+    from datetime import timedelta
+
+    from runners.plan import Role, rank_plan
+
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=20))
+    plan = rank_plan(registry.get("allreduce", "ring").build(3, chunks=2), rank)
+    rows = [[it.step, int(it.role), it.peer, 4 * it.transfer.count, it.tid]
+            for it in plan.items if it.role in (Role.SEND, Role.RECV)]
+    native.load().transport_floor(rows, group, 3)
+    try:
+        native.load().transport_floor([[0, 0, 1, 4]], group, 1)
+        bad = ""
+    except RuntimeError as e:
+        bad = str(e).splitlines()[0]
+    return bool(rows), bad
+
+
+@pytest.mark.multiprocess
+def test_the_transport_floor_posts_a_plans_messages_and_refuses_a_short_row() -> None:
+    if not native.available():
+        pytest.skip(f"native executor not built: {native.build_note()}")
+    got = spawn(floor_job, 3, timeout=120)
+    assert [ran for ran, _ in got] == [True] * 3
+    assert all("a row needs 5 fields, got 4" in bad for _, bad in got), got
