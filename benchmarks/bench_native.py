@@ -55,7 +55,7 @@ import runners.backend  # registers collsched in the spawned ranks too
 from algorithms import registry
 from runners import native
 from runners.launch import spawn
-from runners.plan import Role, rank_plan
+from runners.plan import rank_plan
 from runners.runner import run
 from sim import units
 
@@ -158,9 +158,7 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
         # The transport floor: this rank's sends and receives of the same plan, step by step, posted from C++
         # with nothing else (runners/csrc/executor.cpp's transport_floor); what an engine's thread spends
         # beyond it per step is the engine's own host overhead.
-        plan = rank_plan(sched, dist.get_rank())
-        rows = [[it.step, int(it.role), it.peer, it.transfer.count * x.element_size(), it.tid]
-                for it in plan.items if it.role in (Role.SEND, Role.RECV)]
+        rows = native.transport_rows(rank_plan(sched, dist.get_rank()), x.element_size())
         module = native.load()
         for i in range(warmup + iters):
             for name in ("native", "python", "floor"):

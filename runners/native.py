@@ -37,11 +37,11 @@ from algorithms.ir import Buf, Kind, Op
 from runners.arguments import parse_rows, stalled
 from runners.errors import RunError, RunTimeout, peer_report, report_failure
 from runners.executors import Context
-from runners.plan import RankPlan
+from runners.plan import RankPlan, Role
 from runners.staging import STAGING
 
 __all__ = ["ENV_EXECUTOR", "NativePlan", "available", "build_note", "chosen", "execute", "group_store", "load",
-           "next_call", "watch"]
+           "next_call", "transport_rows", "watch"]
 
 ENV_EXECUTOR = "COLLSCHED_EXECUTOR"
 ENV_CACHE = "COLLSCHED_CACHE"
@@ -153,6 +153,13 @@ class NativePlan:
         self.compiled = module.Plan(rows, [list(it.deps) for it in plan.items],
                                     [list(it.after) for it in plan.items], [list(d) for d in plan.dependents],
                                     [list(r) for r in plan.readers_of], list(plan.staged_recvs), plan.budget_chunks)
+
+
+def transport_rows(plan: RankPlan, chunk_bytes: int) -> list[list[int]]:
+    """``plan``'s sends and receives as the extension's ``transport_floor`` takes them (step, role, peer, bytes,
+    tag), with ``chunk_bytes`` bytes per chunk: the same messages with no plan around them."""
+    return [[it.step, int(it.role), it.peer, it.transfer.count * chunk_bytes, it.tid]
+            for it in plan.items if it.role in (Role.SEND, Role.RECV)]
 
 
 _PLANS: dict[int, NativePlan] = {}

@@ -112,12 +112,10 @@ def floor_job(rank: int) -> tuple[bool, str]:
     completes only if every row's peer, tag and size match its partner's (a mismatch times out)."""
     from datetime import timedelta
 
-    from runners.plan import Role, rank_plan
+    from runners.plan import rank_plan
 
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=20))
-    plan = rank_plan(registry.get("allreduce", "ring").build(3, chunks=2), rank)
-    rows = [[it.step, int(it.role), it.peer, 4 * it.transfer.count, it.tid]
-            for it in plan.items if it.role in (Role.SEND, Role.RECV)]
+    rows = native.transport_rows(rank_plan(registry.get("allreduce", "ring").build(3, chunks=2), rank), 4)
     native.load().transport_floor(rows, group, 3)
     try:
         native.load().transport_floor([[0, 0, 1, 4]], group, 1)
