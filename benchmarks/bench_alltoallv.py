@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.distributed as dist
 
-import runners.backend  # noqa: F401  (registers collsched in the spawned ranks too)
+import runners.backend.group  # noqa: F401  (registers collsched in the spawned ranks too)
 from algorithms import matrices
-from runners.launch import spawn
+from runners.commands.launch import spawn
 from sim.units import parse_sizes
 
 

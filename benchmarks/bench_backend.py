@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.distributed as dist
 
-import runners.backend  # registers collsched in the spawned ranks too
-from runners.launch import spawn
+import runners.backend.group  # registers collsched in the spawned ranks too
+from runners.commands.launch import spawn
 
 
 def _slowest(times: list[float], gloo: dist.ProcessGroup) -> list[float]:
@@ -101,16 +101,16 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
                 times.setdefault("DDP step", {}).setdefault(name, []).append(dt)
     for g in groups.values():
         dist.barrier(group=g)
-    models.clear()  # drop DDP while the groups are alive and idle: see runners.backend.settle
+    models.clear()  # drop DDP while the groups are alive and idle: see runners.backend.group.settle
     opts.clear()
-    runners.backend.settle()
+    runners.backend.group.settle()
     dist.destroy_process_group(pyback)
     return _report(times, gloo)
 
 
 def _report(times: dict[str, dict[str, list[float]]], gloo: dist.ProcessGroup) -> dict[str, Any]:
     out: dict[str, Any] = {m: {name: _slowest(ts, gloo) for name, ts in by.items()} for m, by in times.items()}
-    found = runners.backend.collsched_group()
+    found = runners.backend.group.collsched_group()
     out["executed"] = dict(found.executed) if found is not None else {}
     dist.destroy_process_group(gloo)
     return out

@@ -7,7 +7,7 @@ One spawned job per rank count, on gloo. The two exchanges of the same
 12-integer metadata row alternate call by call (after a barrier); a call's
 time is the slowest rank's; the table shows medians and the 90th
 percentile, in microseconds. The end-to-end view is
-``torchrun --nproc_per_node=P -m runners.bench -c allreduce -a recursive_doubling --sizes 4KiB [--no-check]``.
+``torchrun --nproc_per_node=P -m runners.commands.bench -c allreduce -a recursive_doubling --sizes 4KiB [--no-check]``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def job(rank: int, iters: int) -> list[list[float]]:
     import torch
     import torch.distributed as dist
 
-    from runners import arguments
+    from runners.execution import arguments
 
     p = dist.get_world_size()
     row = list(range(12))
@@ -56,7 +56,7 @@ def job(rank: int, iters: int) -> list[list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from runners.launch import spawn
+    from runners.commands.launch import spawn
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])

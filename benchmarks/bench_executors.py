@@ -8,7 +8,7 @@ iteration by iteration (which goes first alternates too), so both see the
 same machine load; an iteration's time is the slowest rank's; the table
 shows each executor's median and grouped / dataflow (below 1: grouped is
 faster). Runs use ``check=False`` so only the executors differ. This is the
-measurement behind ``runners.runner.AUTO_CPU`` (docs/backend.md,
+measurement behind ``runners.execution.runner.AUTO_CPU`` (docs/backend.md,
 "Performance"); on a shared machine repeat it and trust only consistent
 ratios.
 """
@@ -34,7 +34,7 @@ def job(rank: int, cases: list[str], sizes: list[int], iters: int) -> list[tuple
 
     from algorithms import registry
     from algorithms.ir import Kind
-    from runners.runner import run
+    from runners.execution.runner import run
     from sim import units
 
     p = dist.get_world_size()
@@ -70,7 +70,7 @@ def job(rank: int, cases: list[str], sizes: list[int], iters: int) -> list[tuple
 
 
 def main(argv: list[str] | None = None) -> int:
-    from runners.launch import spawn
+    from runners.commands.launch import spawn
     from sim import units
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])

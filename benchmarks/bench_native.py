@@ -5,7 +5,7 @@
         [--kinds allreduce,allgather,reducescatter,broadcast,alltoall] [--no-overlap] [--no-steps] [--json]
 
 Each launch spawns ``--nproc`` ranks whose default group is ``collsched`` (the C++ backend,
-runners.cpp_backend) with the default argument check on (``COLLSCHED_CHECK``: exchanged once per signature, then
+runners.backend.cpp) with the default argument check on (``COLLSCHED_CHECK``: exchanged once per signature, then
 in band),
 a second ``collsched`` group made with ``COLLSCHED_BACKEND=python`` (the Python backend and its worker thread,
 with the native executor: what ran before the C++ backend) and a gloo group over the same ranks; in each
@@ -20,14 +20,14 @@ launch reports the median over its iterations, and the table the median over lau
   ``--reps`` calls back to back divided by their number (``auto``: about 20 ms of gloo's time per sample, at
   most 50 calls, one call from 64 MiB up here), after a barrier; ``--reps 1`` times one call alone after
   the barrier, which on a host whose thread wake-ups take tens of microseconds measures mostly those.
-- ``per-step``: ``runners.runner.run`` of a pipelined chain reduce with 32 chunks (32 + p - 2 steps; one
+- ``per-step``: ``runners.execution.runner.run`` of a pipelined chain reduce with 32 chunks (32 + p - 2 steps; one
   element per chunk, messages of 4 bytes), native and Python, same processes, beside the ``transport floor``:
   the same rank's sends and receives of that plan posted step by step from C++ with nothing else
   (``transport_floor`` in runners/csrc/executor.cpp). Rows: ``wall`` per step; ``process CPU`` (all the rank's
   threads, gloo's included); ``thread CPU`` (the thread that runs the engine: its posting, waiting,
   bookkeeping and arithmetic); ``host overhead`` = thread CPU minus the floor's: what the engine itself
   spends per step beyond the transport, the figure the native/Python ratio is about.
-- ``check``: a 4 KiB all-reduce (``runners.runner.run``) with the cross-rank argument check over one
+- ``check``: a 4 KiB all-reduce (``runners.execution.runner.run``) with the cross-rank argument check over one
   without, per engine (native: one round of messages; Python: gloo's all-gather, p-1 rounds).
 - ``issue``: the caller's host time to issue one ``async_op=True`` all-reduce of 4 bytes (a cached signature),
   until the call returns, on gloo and per backend (its wait is not timed).
@@ -51,12 +51,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.distributed as dist
 
-import runners.backend  # registers collsched in the spawned ranks too
+import runners.backend.group  # registers collsched in the spawned ranks too
 from algorithms import registry
-from runners import native
-from runners.launch import spawn
-from runners.plan import rank_plan
-from runners.runner import run
+from runners.commands.launch import spawn
+from runners.execution import native
+from runners.execution.plan import rank_plan
+from runners.execution.runner import run
 from sim import units
 
 SIDES = ("gloo", "cpp", "pyback")
@@ -223,7 +223,7 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, Any]:
                         times.setdefault(f"overlap {what}", {}).setdefault(name, []).append(
                             time.perf_counter() - start)
     out = {m: {n: statistics.median(_slowest(ts, gloo)) for n, ts in by.items()} for m, by in times.items()}
-    found = runners.backend.collsched_group(world)
+    found = runners.backend.group.collsched_group(world)
     out["executed"] = dict(found.executed) if found is not None else {}
     dist.barrier(group=gloo)
     dist.destroy_process_group(pyback)

@@ -9,7 +9,7 @@ run (the variants alternate iteration by iteration, after a barrier):
 
 - ``torch``: ``dist.all_reduce``, gloo's own C++ ring;
 - each of ``--algorithms`` (``name`` or ``name:chunks=k``, default ``ring``):
-  ``runners.runner.run`` of the registry's all-reduce schedule
+  ``runners.execution.runner.run`` of the registry's all-reduce schedule
   (``check=False``: no metadata exchange);
 - ``bare ring``: the smallest Python ring over the same ``isend``/``irecv``
   calls (reduce-scatter then all-gather, one message per step, staging
@@ -41,8 +41,8 @@ import torch.distributed as dist
 
 from algorithms.errors import RegistryError
 from algorithms.ir import Kind
-from runners.launch import spawn
-from runners.policy import Choice, PolicyError, parse_algorithms, schedule
+from runners.backend.policy import Choice, PolicyError, parse_algorithms, schedule
+from runners.commands.launch import spawn
 
 
 def _cpu() -> float:
@@ -80,7 +80,7 @@ def _rank(rank: int, args: dict[str, Any]) -> dict[str, dict[str, dict[str, list
 
 
 def _one_size(rank: int, args: dict[str, Any], mib: float) -> dict[str, dict[str, list[float]]]:
-    from runners.runner import run
+    from runners.execution.runner import run
 
     p = dist.get_world_size()
     n = int(mib * (1 << 18)) // p * p  # fp32 elements, a multiple of p

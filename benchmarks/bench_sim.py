@@ -62,12 +62,12 @@ def cases(ranks: list[int], direct: bool, alltoall: bool) -> list[Case]:
 
 
 def command() -> list[str]:
-    """The `collsched` console script of this interpreter's environment (else `python -m runners.cli`)."""
+    """The `collsched` console script of this interpreter's environment (else `python -m runners.commands.cli`)."""
     script = Path(sys.executable).with_name("collsched")
     if script.exists():
         return [str(script)]
     found = shutil.which("collsched")
-    return [found] if found else [sys.executable, "-m", "runners.cli"]
+    return [found] if found else [sys.executable, "-m", "runners.commands.cli"]
 
 
 def measure(argv: list[str], timeout: float, mem_limit: float) -> tuple[float, float, int, str]:

@@ -8,7 +8,7 @@ thread and gloo's I/O threads), a run's time is bimodal: most blocking
 milliseconds late, when the woken thread waits for a core. This script first
 probes whether a gloo ``isend``/``irecv`` work can be polled at all
 (``is_completed()`` before any ``wait()``, for 0.2 s after the peer's data is
-there), then times ``runners.runner.run`` of a ring all-reduce with each way
+there), then times ``runners.execution.runner.run`` of a ring all-reduce with each way
 of waiting, the variants alternating iteration by iteration after a barrier
 in every launch (so all see the same load):
 
@@ -115,9 +115,9 @@ def job(rank: int, sizes: list[int], iters: int) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    import runners.executors as ex
+    import runners.execution.executors as ex
     from algorithms import registry
-    from runners.runner import run
+    from runners.execution.runner import run
 
     polled = _probe(rank)
     p = dist.get_world_size()
@@ -167,7 +167,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def main() -> int:
-    from runners.launch import spawn
+    from runners.commands.launch import spawn
     from sim import units
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -3,7 +3,7 @@
     python benchmarks/compare_tuning.py --tuning tuning.json --nproc 4 [--launches 4] [--sizes 4KiB:64MiB:4]
 
 For each collective and size where the tuning file (``collsched tune``) and
-the policy's hand-made bands (``runners.policy.HAND_DEFAULTS``, what the
+the policy's hand-made bands (``runners.backend.policy.HAND_DEFAULTS``, what the
 built-in defaults were before the tuned table, and what ``tune`` keeps
 within its margin) pick different algorithms, both schedules run
 in the same launch, alternating iteration by iteration after a barrier (so
@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms.ir import ROOTED_KINDS, Kind
-from runners.launch import spawn
-from runners.policy import HAND_DEFAULTS, Choice, Policy, load_tuning, schedule
+from runners.backend.policy import HAND_DEFAULTS, Choice, Policy, load_tuning, schedule
+from runners.commands.launch import spawn
 from sim import units
 
 KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "reduce", "scatter", "gather")
@@ -48,8 +48,8 @@ def _worker(rank: int, pairs: list[tuple[str, int, Choice, Choice]], iters: int)
     import torch
     import torch.distributed as dist
 
-    from runners.bench import _buffers
-    from runners.runner import run
+    from runners.commands.bench import _buffers
+    from runners.execution.runner import run
 
     p = dist.get_world_size()
     out = []

@@ -110,7 +110,7 @@ def multi_gpu(args: argparse.Namespace, nproc: int) -> int:
         for alg in registry.algorithms(kind):
             if (only and alg.name not in only) or alg.unsupported(nproc, {}) is not None:
                 continue
-            cmd = [sys.executable, "-m", "runners.cli", "bench", "--backend", "nccl", "--nproc", str(nproc),
+            cmd = [sys.executable, "-m", "runners.commands.cli", "bench", "--backend", "nccl", "--nproc", str(nproc),
                    "-c", kind, "-a", alg.name, "--sizes", args.sizes, "--iters", str(args.iters), "--warmup", "2"]
             print("$ NCCL_ALGO=Ring NCCL_DEBUG=INFO " + " ".join(cmd[1:]), flush=True)
             t0 = time.perf_counter()
@@ -156,7 +156,7 @@ def local_paths(device_type: str, sizes: tuple[int, ...] = (1 << 18, 1 << 26)) -
     import torch
     import torch.distributed as dist
 
-    from runners.runner import run
+    from runners.execution.runner import run
 
     cuda = device_type == "cuda"
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
@@ -195,7 +195,7 @@ def one_gpu_job(rank: int) -> list[str]:
 
 
 def one_gpu() -> int:
-    from runners.launch import spawn
+    from runners.commands.launch import spawn
 
     print("# one GPU: the runner's CUDA paths on a 1-rank nccl group (no network)", flush=True)
     lines = spawn(one_gpu_job, 1, backend="nccl", timeout=600)[0]

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms import registry
 from algorithms.ir import ROOTED_KINDS
-from runners.cli import main as collsched
+from runners.commands.cli import main as collsched
 
 RANKS = [1, 2, 3, 5, 8, 12, 16, 31, 64, 128, 256]
 

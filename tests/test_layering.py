@@ -17,6 +17,10 @@ LAYERS = {"algorithms": 0, "sim": 1, "runners": 2}
 # Inside sim, the order the subpackages build on each other (a lower one never imports a higher one).
 SIM_LAYERS = {"units": 0, "progress": 0, "lazy": 0, "topology": 1, "verify": 1, "engine": 2, "machine": 3, "bounds": 4,
               "guards": 4, "cli": 5}
+# Inside runners, likewise: one schedule's execution, the backend built on it, the commands on both.
+RUNNERS_LAYERS = {"errors": 0, "execution": 1, "backend": 2, "commands": 3}
+SUB_LAYERS = {"sim": SIM_LAYERS, "runners": RUNNERS_LAYERS}
+MAX_LINES = 800
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -66,15 +70,15 @@ def graph(root: Path = ROOT) -> nx.DiGraph:
 
 
 def upward(g: nx.DiGraph) -> list[tuple[str, str]]:
-    """Imports against the layer order: across packages, and between sim's subpackages."""
+    """Imports against the layer order: across packages, and between the subpackages of sim and of runners."""
     bad = []
     for a, b in g.edges:
-        la, lb = LAYERS[a.split(".")[0]], LAYERS[b.split(".")[0]]
-        if la < lb:
+        pa, pb = a.split(".")[0], b.split(".")[0]
+        if LAYERS[pa] < LAYERS[pb]:
             bad.append((a, b))
-        elif la == lb == 1 and len(a.split(".")) > 1 and len(b.split(".")) > 1:
-            sa, sb = SIM_LAYERS[a.split(".")[1]], SIM_LAYERS[b.split(".")[1]]
-            if sa < sb:
+        elif pa == pb and pa in SUB_LAYERS and len(a.split(".")) > 1 and len(b.split(".")) > 1:
+            order = SUB_LAYERS[pa]
+            if order[a.split(".")[1]] < order[b.split(".")[1]]:
                 bad.append((a, b))
     return bad
 
@@ -120,8 +124,36 @@ NOT_YET_SPLIT: dict[str, int] = {}
 
 
 def test_every_module_is_under_800_lines():
-    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) >= 800}
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) >= MAX_LINES}
     assert all(name in NOT_YET_SPLIT and n <= NOT_YET_SPLIT[name] for name, n in long.items()), long
+
+
+def cpp_files(root: Path = ROOT) -> list[Path]:
+    """The C++ sources and headers of the native executor and backend."""
+    return sorted(p for p in (root / "runners" / "csrc").rglob("*") if p.suffix in {".h", ".cpp"})
+
+
+def long_files(paths: list[Path]) -> dict[str, int]:
+    return {p.name: n for p in paths if (n := len(p.read_text().splitlines())) >= MAX_LINES}
+
+
+def test_every_cpp_file_is_under_800_lines():
+    assert len(cpp_files()) >= 3
+    assert long_files(cpp_files()) == {}
+
+
+def test_runners_is_subpackages_each_saying_what_it_owns():
+    """runners/ holds subpackages (and the one shared errors module), each ``__init__`` with a docstring that
+    names every module of its package."""
+    top = ROOT / "runners"
+    flat = sorted(p.stem for p in top.glob("*.py") if p.stem not in ("__init__", *RUNNERS_LAYERS))
+    assert flat == []
+    packages = sorted(p.parent for p in top.glob("*/__init__.py"))
+    assert [p.name for p in packages] == sorted(n for n in RUNNERS_LAYERS if (top / n).is_dir())
+    for pkg in packages:
+        doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text())) or ""
+        missing = [m.stem for m in pkg.glob("*.py") if m.stem != "__init__" and f"``{m.stem}``" not in doc]
+        assert doc and missing == [], (pkg.name, missing)
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -145,6 +177,20 @@ def test_checker_finds_an_upward_arrow(tmp_path):
                             "sim/engine/__init__.py": "", "sim/engine/e.py": "from sim.cli.c import q\n",
                             "sim/cli/__init__.py": "", "sim/cli/c.py": "q = 1\n"})
     assert sorted(upward(graph(root))) == [("algorithms.x", "sim.y"), ("sim.engine.e", "sim.cli.c")]
+
+
+def test_checker_finds_an_upward_arrow_inside_runners(tmp_path):
+    root = _tree(tmp_path, {"runners/execution/__init__.py": "",
+                            "runners/execution/r.py": "import runners.backend.g\n", "runners/backend/__init__.py": "",
+                            "runners/backend/g.py": "from runners.execution import r\n"})
+    assert upward(graph(root)) == [("runners.execution.r", "runners.backend.g")]
+
+
+def test_checker_finds_a_long_cpp_file(tmp_path):
+    (tmp_path / "runners" / "csrc" / "x").mkdir(parents=True)
+    (tmp_path / "runners" / "csrc" / "x" / "big.h").write_text("//\n" * MAX_LINES)
+    (tmp_path / "runners" / "csrc" / "small.cpp").write_text("//\n")
+    assert long_files(cpp_files(tmp_path)) == {"big.h": MAX_LINES}
 
 
 def test_checker_finds_an_import_of_the_own_package(tmp_path):

@@ -7,12 +7,12 @@
 // order, async_op returns at once). A job is either
 //   - native: a dense, contiguous CPU tensor of a signature (kind, sizes, dtype, op, root) for which the
 //     Python policy has compiled a plan. The first call of a signature asks Python once (with the GIL:
-//     runners.cpp_backend.Core.prepare) for the plan and its buffer layout, and the answer is cached; a
+//     runners.backend.cpp.Core.prepare) for the plan and its buffer layout, and the answer is cached; a
 //     later call runs with no Python at all (buffers bound, plan run over the inner gloo group, AVG divided,
 //     results copied back, the future completed), or
 //   - python: everything else (other shapes and kinds, CUDA tensors, the checked first call of a signature):
 //     the worker takes the GIL and runs the Python backend's own body for the call
-//     (runners.backend.CollschedProcessGroup, made with an inline queue), so every feature of the Python
+//     (runners.backend.group.CollschedProcessGroup, made with an inline queue), so every feature of the Python
 //     backend keeps working, in issue order.
 // A native failure is turned into the Python executor's RunError / RunTimeout (naming step, transfer and
 // peer) by Core.native_failure, and every failure surfaces through Work::wait() and the future.
@@ -284,7 +284,7 @@ struct KeyHash {
   }
 };
 
-// Kinds as runners.cpp_backend.KINDS names them.
+// Kinds as runners.backend.cpp.KINDS names them.
 enum Kind : int { ALLREDUCE = 0, BROADCAST = 1, REDUCE = 2, ALLGATHER = 3, REDUCESCATTER = 4, ALLTOALL = 5,
                   BARRIER = 6 };
 
@@ -520,7 +520,7 @@ class Backend : public c10d::Backend {
   }
   bool valid_root(int64_t root) const { return root >= 0 && root < getSize(); }
 
-  // runners.arguments.OP_NAMES index of a c10d op; -1: not one the executor knows (Python raises its error).
+  // runners.execution.arguments.OP_NAMES index of a c10d op; -1: not one the executor knows (Python raises its error).
   static int op_code(const c10d::ReduceOp& op) {
     switch (op.op_) {
       case c10d::ReduceOp::SUM: return 0;
@@ -602,7 +602,7 @@ class Backend : public c10d::Backend {
     ++seq_;
   }
 
-  // Buffers.bind of runners.buffers: the caller's tensor, or a padded copy to copy back afterwards.
+  // Buffers.bind of runners.execution.buffers: the caller's tensor, or a padded copy to copy back afterwards.
   static at::Tensor bind(const Spec& sp, const at::Tensor& user, int64_t segs, bool writable, bool copy, bool initial,
                          std::vector<std::pair<at::Tensor, at::Tensor>>& back) {
     at::Tensor flat = user.view(-1);
@@ -661,7 +661,7 @@ class Backend : public c10d::Backend {
     if (arena_.numel() < sp.budget_bytes) arena_ = at::empty({sp.budget_bytes}, at::TensorOptions().dtype(at::kByte));
     std::vector<at::Tensor> bufs{in.defined() ? in : ref, out.defined() ? out : ref, scratch.defined() ? scratch : ref};
     std::shared_ptr<Check> check;
-    if (sp.check_first) {  // as runners.runner.run's checked call of a signature it checked before
+    if (sp.check_first) {  // as runners.execution.runner.run's checked call of a signature it checked before
       int64_t counter = collsched_check::next_call(inner_);
       std::vector<int64_t> row = sp.row;
       row.push_back(1);  // checked before
@@ -724,7 +724,7 @@ class Backend : public c10d::Backend {
   std::atomic<bool> closed_{false};
 };
 
-// What torch's creator returns: a c10d::Backend (runners.cpp_backend.create).
+// What torch's creator returns: a c10d::Backend (runners.backend.cpp.create).
 inline c10::intrusive_ptr<c10d::Backend> make_backend(int rank, int size, py::object core,
                                                       const c10::intrusive_ptr<c10d::ProcessGroup>& inner,
                                                       double seconds, std::shared_ptr<Counts> counts, bool native,

@@ -1,4 +1,4 @@
-// The in-band argument check of a run whose signature was checked before (runners/arguments.py's design
+// The in-band argument check of a run whose signature was checked before (runners/execution/arguments.py's design
 // note "The check after the first call").
 //
 // Included by executor.cpp before the Plan class. Two parts:
@@ -14,7 +14,7 @@
 //     the run returns MISMATCH with the rows it saw, from which Python names the ranks and the argument.
 //     A peer that is merely late writes nothing, so waiting goes on as before, until the run's deadline.
 //
-// A row is runners.arguments.metadata's 12 integers followed by one flag: 1 when this rank skipped the
+// A row is runners.execution.arguments.metadata's 12 integers followed by one flag: 1 when this rank skipped the
 // exchange because the signature was checked before, 0 when it is exchanging rows (the first call).
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -31,7 +31,7 @@ namespace collsched_check {
 
 using Clock = std::chrono::steady_clock;
 
-// Row fields every rank must agree on (runners.arguments.check_table compares the same ones):
+// Row fields every rank must agree on (runners.execution.arguments.check_table compares the same ones):
 // local error code, per-rank count (compared among ranks that have one), dtype, op, schedule checksum,
 // kind, ranks, chunks, root, and the flag (checked before or not).
 constexpr int kCode = 0, kCount = 2, kFlag = 12, kRowLength = 13;
@@ -45,7 +45,7 @@ inline bool rows_differ(const std::vector<int64_t>& a, const std::vector<int64_t
   return false;
 }
 
-// FNV-1a over the fields that must agree (the flag excepted) and the call counter; runners.arguments.salt
+// FNV-1a over the fields that must agree (the flag excepted) and the call counter; runners.execution.arguments.salt
 // computes the same value in Python, and a test compares the two.
 inline int64_t salt_of(const std::vector<int64_t>& row, int64_t counter, int64_t shift) {
   const int64_t bits = 30 - shift;

@@ -1,10 +1,10 @@
-// collsched's native executor: runs one rank's compiled plan (runners.plan.RankPlan, as arrays) over the
+// collsched's native executor: runs one rank's compiled plan (runners.execution.plan.RankPlan, as arrays) over the
 // inner c10d backend with no Python and without the GIL.
 //
-// The two engines are those of runners/executors.py, step for step: "grouped" (one group of sends and
+// The two engines are those of runners/execution/executors.py, step for step: "grouped" (one group of sends and
 // receives per step; on a backend that coalesces, nccl, one startCoalescing..endCoalescing group) and
 // "dataflow" (gloo only: each transfer posted as its dependencies complete, on its own tag). Staged
-// receives on CPU are carved from the staging buffer the caller lends (first fit, as runners.staging's
+// receives on CPU are carved from the staging buffer the caller lends (first fit, as runners.execution.staging's
 // Carver), within the plan's budget, so the memory bound is the Python executor's.
 //
 // Errors are not raised here: run() returns (status, item, text), and the Python wrapper turns a failure
@@ -41,7 +41,7 @@ namespace {
 enum Role : int { SEND = 0, RECV = 1, LOCAL = 2 };
 // MISMATCH: the stall watch found ranks whose arguments differ (runners/csrc/check.h); text: the rows seen.
 enum Status : int { OK = 0, FAILED = 1, TIMED_OUT = 2, INTERNAL = 3, MISMATCH = 4 };
-// Op codes: runners.arguments.OP_NAMES indices; TOKEN: a barrier's token (no arithmetic).
+// Op codes: runners.execution.arguments.OP_NAMES indices; TOKEN: a barrier's token (no arithmetic).
 enum OpCode : int { SUM = 0, PRODUCT = 1, MIN = 2, MAX = 3, AVG = 4, BAND = 5, BOR = 6, BXOR = 7, TOKEN = -2 };
 
 using Clock = std::chrono::steady_clock;
@@ -57,7 +57,7 @@ struct Failure {
   std::string text;
 };
 
-// First-fit chunk slots of the lent staging buffer (runners.staging.Carver in C++).
+// First-fit chunk slots of the lent staging buffer (runners.execution.staging.Carver in C++).
 class Carver {
  public:
   Carver(at::Tensor buffer, int64_t unit, int64_t units, at::ScalarType dtype)
@@ -133,7 +133,7 @@ void watched_wait(const std::shared_ptr<Check>& check, const c10::intrusive_ptr<
   if (!done) throw Failure{FAILED, item, "aborted"};
 }
 
-// One rank's plan, converted once from runners.plan.RankPlan (see runners/native.py).
+// One rank's plan, converted once from runners.execution.plan.RankPlan (see runners/execution/native.py).
 class Plan {
  public:
   Plan(const std::vector<std::vector<int64_t>>& items, std::vector<std::vector<int64_t>> deps,

@@ -5,7 +5,7 @@
 - ``listing``, ``verify``, ``export`` (and ``convert``), ``simulate``, ``sweep``, ``bound``, ``synthesize``.
 
 The torch commands (``bench``, ``demo``, ``calibrate``, ...) live in ``runners`` and are added by
-``runners.cli``, the installed entry point. Building the parser imports no torch, numpy, simpy or networkx.
+``runners.commands.cli``, the installed entry point. Building the parser imports no torch, numpy, simpy or networkx.
 """
 
 from sim.cli.app import COMMANDS, build_parser, main

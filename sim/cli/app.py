@@ -44,7 +44,7 @@ on stderr, no traceback). With ``--json`` a command prints exactly one JSON
 object on stdout, errors included: ``{"ok": false, "error": "..."}``.
 
 The torch commands (``bench``, ``demo``, ``calibrate``, ``validate``, ``tune``) live in ``runners`` and are added by
-``runners.cli``, the installed entry point; building the parser imports no
+``runners.commands.cli``, the installed entry point; building the parser imports no
 torch, numpy, simpy or networkx.
 """
 

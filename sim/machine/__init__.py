@@ -2,7 +2,7 @@
 
 - ``model``: machine files (a topology plus ``EngineParams``), preset engines, the one-host topology;
 
-and the numpy side of calibration, which ``runners.calibrate`` feeds with measurements (see
+and the numpy side of calibration, which ``runners.commands.calibrate`` feeds with measurements (see
 docs/design.md, "Machine model and calibration"):
 
 - ``fit``: curve fits (α-β lines, robust to outliers, a knee; a search over one parameter);
@@ -79,5 +79,5 @@ __all__ = ["ENGINE_KEYS", "PRESET_ENGINES", "TUNE_CHUNKS", "TUNE_MARGIN", "Calib
            "fit_linear", "fit_machine", "fit_robust", "fit_runner", "host", "load", "load_machine",
            "plot_validation", "predict", "save", "search_log", "tune", "validation_stats", "validation_table"]
 
-# The names load when first used: runners.calibrate builds its parser without networkx or simpy.
+# The names load when first used: runners.commands.calibrate builds its parser without networkx or simpy.
 __getattr__ = lazy_exports(__name__, _HOMES)

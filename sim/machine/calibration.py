@@ -1,6 +1,6 @@
 """The machine model fitted to ``collsched calibrate``'s measurements (numpy and the simulator; no torch).
 
-``runners.calibrate.measure`` returns a record of micro-benchmarks on gloo ranks; ``fit_machine`` turns it
+``runners.commands.calibrate.measure`` returns a record of micro-benchmarks on gloo ranks; ``fit_machine`` turns it
 into a ``sim.machine.model.Machine``: α and B from point-to-point times, the host cap H and γ from large
 runner collectives (the flow patterns' cap and ``x.add_``'s γ as diagnostics), the runner's costs per call
 and per message, and its buffer copy (docs/design.md, "Machine model and calibration").
@@ -96,8 +96,9 @@ def fit_runner(cases: list[dict[str, Any]], topology: Any, reduce_bw: float | No
 def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: float, host_bw: float,
                     reduce_bw: float | None, launch: float, message_cpu: float,
                     copy: Mapping[str, Any] | None = None) -> Fit:
-    """The host cap H and γ that best explain large runner collectives (``runners.calibrate.COLLECTIVE_CASES``),
-    with the simulator as the model and the other figures held: H by a search for the least squared relative
+    """The host cap H and γ that best explain large runner collectives
+    (``runners.commands.calibrate.COLLECTIVE_CASES``), with the simulator as the model and the other figures held:
+    H by a search for the least squared relative
     error of the cases without reductions, then γ over the reducing ones with that H. Falls back to ``host_bw`` or
     ``reduce_bw`` when no case of that sort was measured, and to ``reduce_bw`` when the reducing cases fit best
     with free reductions."""
@@ -137,7 +138,7 @@ def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: fl
 
 
 def fit_machine(rec: dict[str, Any]) -> Machine:
-    """The machine model (``sim.machine.model.Machine``) fitted to ``runners.calibrate.measure``'s record;
+    """The machine model (``sim.machine.model.Machine``) fitted to ``runners.commands.calibrate.measure``'s record;
     the fits go under ``model``."""
     p = int(rec["ranks"])
     sizes = [float(s) for s in rec["p2p_sizes"]]

@@ -27,7 +27,7 @@ __all__ = ["algorithms_for", "build_schedule", "copy_fit", "copy_seconds", "load
 def copy_seconds(schedule: Schedule, size: float, copy: Mapping[str, Any] | None) -> float:
     """The gloo runner's memory copies outside the schedule, which the engine does not see: when an
     out-of-place schedule writes its input, the runner first makes a private copy of it
-    (``runners.buffers``: zero-filled, then copied), costing ``copy``'s α + bytes/B on the rank with the
+    (``runners.execution.buffers``: zero-filled, then copied), costing ``copy``'s α + bytes/B on the rank with the
     largest input (0 when ``copy`` is None). Local copy transfers are not counted (the engine leaves them free)."""
     if not copy or schedule.collective.in_place:
         return 0.0

@@ -1,7 +1,7 @@
 """The ``COLLSCHED_TUNING`` rules a machine model predicts best (``collsched tune``; no torch).
 
 ``tune`` simulates every algorithm of each kind on the machine at each size and keeps the fastest, unless a
-preferred choice (the policy's hand-made band, which ``runners.calibrate`` passes in as ``prefer``) or the
+preferred choice (the policy's hand-made band, which ``runners.commands.calibrate`` passes in as ``prefer``) or the
 previous size's is within ``TUNE_MARGIN`` of it.
 """
 
@@ -27,7 +27,7 @@ paired launches."""
 
 Preference = Callable[[Kind, int, int], tuple[str, int] | None]
 """(kind, size in bytes, ranks) -> the (algorithm, chunks) to keep when it is within ``TUNE_MARGIN`` of the
-fastest, or None: ``runners.calibrate.hand_made_preference`` gives the policy's hand-made bands'."""
+fastest, or None: ``runners.commands.calibrate.hand_made_preference`` gives the policy's hand-made bands'."""
 
 
 def tune(machine: Machine, p: int, sizes: Sequence[int], kinds: Sequence[Kind] | None = None,

@@ -44,7 +44,7 @@ def user_ring(ranks: int, *, chunks: int = 1):
 
 def _collsched() -> list[str]:
     script = Path(sys.executable).parent / "collsched"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "runners.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "runners.commands.cli"]
 
 
 def _run(cwd: Path, *argv: str, env: dict[str, str] | None = None,
@@ -168,7 +168,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from runners.backend import collsched_group
+from runners.backend.group import collsched_group
 
 dist.init_process_group("collsched")   # CPU tensors: schedules run over gloo
 torch.manual_seed(dist.get_rank())     # different models and data per rank: DDP must make them agree

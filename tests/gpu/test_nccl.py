@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from runners.launch import spawn
+from runners.commands.launch import spawn
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = [
@@ -37,7 +37,7 @@ def test_every_kind_matches_nccl() -> None:
 
 def bench_job(rank: int) -> list[dict[str, float]]:
     from algorithms import registry
-    from runners.bench import measure
+    from runners.commands.bench import measure
 
     schedule = registry.get("allreduce", "ring").build(dist.get_world_size(), chunks=4)
     return measure(schedule, [1 << 20, 64 << 20], iters=5, warmup=2)

@@ -37,7 +37,7 @@ def _calls(c: Checker, gloo: Any, rank: int, world: int, t: list[list[int]], wid
 
 
 def random_splits(rank: int, world: int, matrices: list[list[list[int]]], expect: str = "") -> None:
-    from runners.backend import collsched_group
+    from runners.backend.group import collsched_group
 
     c = Checker(rank)
     pg = collsched_group()  # the Python group behind the C++ backend, or the group itself

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from runners.launch import free_port, start_method
+from runners.commands.launch import free_port, start_method
 
 R = dist.ReduceOp
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -39,7 +39,7 @@ def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., Non
     os.environ.update(env)
     faulthandler.dump_traceback_later(float(os.environ.get("COLLSCHED_TEST_TIMEOUT", "300")), exit=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    import runners.backend  # noqa: F401  (registers collsched)
+    import runners.backend.group  # noqa: F401  (registers collsched)
 
     if backend:
         dist.init_process_group(backend, rank=rank, world_size=world)
@@ -53,7 +53,7 @@ def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., Non
 def _bare_entry(rank: int, world: int, port: int, backend: str) -> None:
     """Like ``_entry`` but never destroys the group: what a careless training script does."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    import runners.backend  # noqa: F401
+    import runners.backend.group  # noqa: F401
 
     exit_without_destroy(rank, world, backend)
 
@@ -61,7 +61,7 @@ def _bare_entry(rank: int, world: int, port: int, backend: str) -> None:
 def spawn(fn: Callable[..., None], nprocs: int, *args: Any, backend: str = "collsched",
           env: dict[str, str] | None = None) -> None:
     """Run ``fn(rank, world, *args)`` on ``nprocs`` ranks inside an initialised group, with this process's
-    environment and ``env`` (ranks start as ``runners.launch.spawn``'s do: ``start_method``)."""
+    environment and ``env`` (ranks start as ``runners.commands.launch.spawn``'s do: ``start_method``)."""
     mp.start_processes(_entry, args=(nprocs, free_port(), backend, fn, {**os.environ, **(env or {})}, args),
                        nprocs=nprocs, join=True, start_method=start_method())
 
@@ -580,7 +580,7 @@ def ddp_training(rank: int, world: int) -> None:
     """Five SGD steps of DDP on collsched end within rounding of the same steps on gloo."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from runners.backend import collsched_group, settle
+    from runners.backend.group import collsched_group, settle
 
     c = Checker(rank)
     pg = dist.group.WORLD
@@ -600,7 +600,7 @@ def ddp_training(rank: int, world: int) -> None:
                 opt.step()
             final[name] = [p.detach().clone() for p in model.parameters()]
             dist.barrier(group=group)
-            del ddp, opt  # while the group is alive and idle: see runners.backend.settle
+            del ddp, opt  # while the group is alive and idle: see runners.backend.group.settle
             settle()
         for i, (a, b) in enumerate(zip(final["collsched"], final["gloo"], strict=True)):
             c.equal(f"DDP parameter {i}", a, b)
@@ -632,7 +632,7 @@ def fsdp2_training(rank: int, world: int) -> None:
             final[name] = [p.full_tensor().detach().clone() for p in model.parameters()]  # type: ignore[attr-defined]
         for i, (a, b) in enumerate(zip(final["collsched"], final["gloo"], strict=True)):
             c.equal(f"FSDP2 parameter {i}", a, b)
-    from runners.backend import collsched_group
+    from runners.backend.group import collsched_group
 
     executed = collsched_group().executed  # type: ignore[union-attr]
     kinds = {k.split("/")[0] for k in executed}
@@ -772,7 +772,7 @@ def work_semantics(rank: int, world: int) -> None:
 
 def per_device_string(rank: int, world: int, config: str) -> None:
     """``init_process_group(config)``: CPU tensors run on gloo's own collectives or on schedules as mapped."""
-    from runners.backend import collsched_group
+    from runners.backend.group import collsched_group
 
     dist.init_process_group(config, rank=rank, world_size=world)
     c = Checker(rank)
@@ -800,7 +800,7 @@ def per_device_string(rank: int, world: int, config: str) -> None:
 
 def bad_policy(rank: int, world: int) -> None:
     """An unknown algorithm in COLLSCHED_ALGORITHMS fails init_process_group on every rank, naming it."""
-    from runners.policy import PolicyError
+    from runners.backend.policy import PolicyError
 
     try:
         dist.init_process_group("collsched", rank=rank, world_size=world)
@@ -824,7 +824,7 @@ def exit_without_destroy(rank: int, world: int, backend: str) -> None:
 if __name__ == "__main__":  # python -m tests.runners.backend_cases exit BACKEND: the process must exit with status 0
     import sys
 
-    import runners.backend  # noqa: F401
+    import runners.backend.group  # noqa: F401
 
     os.environ["COLLSCHED_TEST_TIMEOUT"] = "60"
     mp.spawn(_bare_entry, args=(2, free_port(), sys.argv[2]), nprocs=2, join=True)

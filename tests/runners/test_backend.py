@@ -105,10 +105,10 @@ def test_entry_point_registers_without_import(tmp_path: Path) -> None:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: collsched\nVersion: 0.1.0\n")
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["torch.backends"]
-    assert declared == {"collsched": "runners.autoload:register"}
-    (info / "entry_points.txt").write_text("[torch.backends]\ncollsched = runners.autoload:register\n")
+    assert declared == {"collsched": "runners.backend.autoload:register"}
+    (info / "entry_points.txt").write_text("[torch.backends]\ncollsched = runners.backend.autoload:register\n")
     probe = ("import sys, torch.distributed as dist; "
-             "print('collsched' in dist.Backend.backend_list, 'runners.backend' in sys.modules)")
+             "print('collsched' in dist.Backend.backend_list, 'runners.backend.group' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
                          cwd=tmp_path)

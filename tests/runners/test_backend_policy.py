@@ -9,7 +9,7 @@ import pytest
 
 from algorithms import registry
 from algorithms.ir import Kind
-from runners.policy import (
+from runners.backend.policy import (
     DEFAULTS,
     ENV_ALGORITHMS,
     ENV_TUNING,

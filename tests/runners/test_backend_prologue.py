@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from runners.backend import CollschedProcessGroup
+from runners.backend.group import CollschedProcessGroup
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ def _sparse(rank: int, rows: int, cols: int) -> torch.Tensor:
 
 def sparse_all_reduce(rank: int, world: int) -> None:
     """dist.all_reduce of sparse COO tensors: the same as gloo's, and the same as the dense sum."""
-    from runners.backend import collsched_group
+    from runners.backend.group import collsched_group
 
     c = cases.Checker(rank)
     pg = dist.group.WORLD
@@ -68,7 +68,7 @@ def ddp_sparse_embedding(rank: int, world: int) -> None:
     every rank with SIGSEGV before)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from runners.backend import settle
+    from runners.backend.group import settle
 
     c = cases.Checker(rank)
     final = {}
@@ -104,7 +104,8 @@ def ddp_failing_collective(rank: int, world: int) -> None:
     """A collective that fails inside DDP's backward raises on every rank; the process lives on."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from runners import backend, cpp_backend
+    from runners.backend import cpp as cpp_backend
+    from runners.backend import group as backend
 
     ddp = DDP(_embedding_model(seed=0)[1:], process_group=dist.group.WORLD)
 
@@ -140,7 +141,7 @@ def test_a_failing_collective_under_ddp_raises_instead_of_crashing() -> None:
 
 def monitored(rank: int, world: int) -> None:
     """pg.monitored_barrier: passes when all arrive; names the ranks that do not (gloo's wording)."""
-    from runners.backend import collsched_group
+    from runners.backend.group import collsched_group
 
     pg = collsched_group()  # the Python group (behind the C++ backend): its method and its call count
     assert pg is not None

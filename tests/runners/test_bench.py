@@ -14,9 +14,9 @@ from algorithms import build
 from algorithms import formats as fileformat
 from algorithms.errors import CollschedError
 from algorithms.ir import Kind
-from runners import launch
-from runners.bench import bus_factor, parse_sizes, table
-from runners.cli import main
+from runners.commands import launch
+from runners.commands.bench import bus_factor, parse_sizes, table
+from runners.commands.cli import main
 
 
 @pytest.mark.parametrize(("text", "size"), [("512", 512), ("1KiB", 1024), ("64MiB", 64 << 20), ("2GiB", 2 << 30),
@@ -99,8 +99,8 @@ def test_bench_refuses_an_incorrect_schedule_without_spawning(capsys: pytest.Cap
 def test_runners_bench_under_torchrun() -> None:
     root = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-           "runners.bench", "-c", "allgather", "-a", "ring", "--sizes", "4KiB", "--iters", "2", "--warmup", "1",
-           "--json"]
+           "runners.commands.bench", "-c", "allgather", "-a", "ring", "--sizes", "4KiB", "--iters", "2",
+           "--warmup", "1", "--json"]
     done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""The argument check after a signature's first call: salted tags and the stall watch (runners.arguments,
+"""The argument check after a signature's first call: salted tags and the stall watch (runners.execution.arguments,
 runners/csrc/check.h).
 
 The first checked call of a signature exchanges rows; later ones must still catch a rank whose arguments
@@ -15,10 +15,10 @@ import torch
 import torch.distributed as dist
 
 from algorithms import registry
-from runners import arguments, native
+from runners.commands.launch import spawn
 from runners.errors import InputError
-from runners.launch import spawn
-from runners.runner import run
+from runners.execution import arguments, native
+from runners.execution.runner import run
 
 needs_native = pytest.mark.skipif(not native.available(), reason=f"native executor not built: {native.build_note()}")
 
@@ -155,7 +155,7 @@ def test_a_later_call_whose_arguments_differ_on_one_rank_is_named_in_band() -> N
 
 
 def backend_job(rank: int, p: int) -> dict[str, object]:
-    from runners.cpp_backend import group_of
+    from runners.backend.cpp import group_of
     seen: dict[str, object] = {}
     total = float(sum(range(1, p + 1)))
     for _ in range(3):

@@ -1,4 +1,4 @@
-"""The C++ ``collsched`` backend (runners/csrc/backend.h, runners.cpp_backend): GIL-free hits, the signature cache,
+"""The C++ ``collsched`` backend (runners/csrc/backend.h, runners.backend.cpp): GIL-free hits, the signature cache,
 issue order across its two paths, errors raised again at every wait.
 
 Its results against gloo are checked by tests/runners/test_backend.py, whose cases run on it (the native engine)
@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from runners import native
-from runners.launch import spawn
+from runners.commands.launch import spawn
+from runners.execution import native
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 
@@ -59,7 +59,7 @@ def _finishes_while_python_spins(rank: int, group: dist.ProcessGroup, cap: float
 
 
 def backend_job(rank: int) -> dict[str, object]:
-    from runners import cpp_backend
+    from runners.backend import cpp as cpp_backend
 
     got: dict[str, object] = {}
     calls: list[int] = []
@@ -158,7 +158,7 @@ def test_the_cpp_backend_caches_signatures_keeps_order_and_needs_no_gil() -> Non
 
 
 def test_inline_bytes_reads_a_size_and_names_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runners import cpp_backend
+    from runners.backend import cpp as cpp_backend
 
     monkeypatch.delenv(cpp_backend.ENV_INLINE, raising=False)
     assert cpp_backend.inline_bytes() == 256 * 1024

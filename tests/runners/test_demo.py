@@ -11,8 +11,8 @@ import pytest
 
 from algorithms import build, registry
 from algorithms import formats as fileformat
-from runners.cli import main
-from runners.policy import Policy
+from runners.backend.policy import Policy
+from runners.commands.cli import main
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 
@@ -21,7 +21,7 @@ ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml"
 def test_demo_runs_every_stage_and_writes_its_outputs(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "runners.cli", "demo", "--ranks", "3", "--run-size", "64KiB", "--iters", "2",
+        [sys.executable, "-m", "runners.commands.cli", "demo", "--ranks", "3", "--run-size", "64KiB", "--iters", "2",
          "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
@@ -56,7 +56,7 @@ def test_demo_without_the_real_run(tmp_path: Path, capsys: pytest.CaptureFixture
 @pytest.mark.multiprocess
 def test_demo_on_integers_with_a_named_algorithm(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "runners.cli", "demo", "--ranks", "2", "-a", "ring", "--run-size", "4KiB",
+        [sys.executable, "-m", "runners.commands.cli", "demo", "--ranks", "2", "-a", "ring", "--run-size", "4KiB",
          "--dtype", "int32", "--iters", "1", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )

@@ -17,7 +17,7 @@ from types import ModuleType
 import pytest
 
 from algorithms import registry
-from runners.launch import spawn
+from runners.commands.launch import spawn
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"

@@ -1,4 +1,4 @@
-"""The native executor (runners.native, runners/csrc/executor.cpp): GIL, choice and build fallback.
+"""The native executor (runners.execution.native, runners/csrc/executor.cpp): GIL, choice and build fallback.
 
 Correctness against torch runs in tests/runners/test_runner.py, whose cases take turns between the
 Python and the native engine, and whose failure tests run on both.
@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 
 from algorithms import registry
-from runners import native
-from runners.launch import spawn
-from runners.runner import run
+from runners.commands.launch import spawn
+from runners.execution import native
+from runners.execution.runner import run
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 
@@ -90,7 +90,8 @@ def test_collsched_executor_chooses_the_engine(monkeypatch: pytest.MonkeyPatch) 
 @pytest.mark.multiprocess
 def test_no_compiler_means_one_line_and_the_python_executor(tmp_path: Path) -> None:
     # A fresh cache and no compiler on PATH: the build cannot start; one line says why and runs go on in Python.
-    probe = ("import torch.distributed as dist, torch; from runners import native; from runners.runner import run;"
+    probe = ("import torch.distributed as dist, torch; from runners.execution import native;"
+             "from runners.execution.runner import run;"
              "from algorithms import registry;"
              "dist.init_process_group('gloo', init_method='file://STORE', rank=0, world_size=1);"
              "x = torch.ones(4); run(registry.get('allreduce', 'ring').build(1), x);"
@@ -112,7 +113,7 @@ def floor_job(rank: int) -> tuple[bool, str]:
     completes only if every row's peer, tag and size match its partner's (a mismatch times out)."""
     from datetime import timedelta
 
-    from runners.plan import rank_plan
+    from runners.execution.plan import rank_plan
 
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=20))
     rows = native.transport_rows(rank_plan(registry.get("allreduce", "ring").build(3, chunks=2), rank), 4)

@@ -6,7 +6,7 @@ import pytest
 
 from algorithms import registry
 from algorithms.ir import Kind, Op, Schedule
-from runners.plan import Role, fingerprint, rank_plan
+from runners.execution.plan import Role, fingerprint, rank_plan
 from sim.verify.dataflow import dataflow_graph
 from tests.runners.runner_schedules import extra_schedules
 

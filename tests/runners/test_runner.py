@@ -22,10 +22,10 @@ from algorithms import registry
 from algorithms.builder import ScheduleBuilder
 from algorithms.errors import CollschedError
 from algorithms.ir import Collective, Kind, Schedule
-from runners import executors
-from runners import native as native_module
-from runners.launch import SpawnError, spawn
-from runners.runner import InputError, RunError, RunTimeout, run
+from runners.commands.launch import SpawnError, spawn
+from runners.execution import executors
+from runners.execution import native as native_module
+from runners.execution.runner import InputError, RunError, RunTimeout, run
 from tests.runners.runner_schedules import extra_schedules
 
 R = dist.ReduceOp
@@ -120,7 +120,8 @@ def native(kind: Kind, x: torch.Tensor | None, op: str, root: int | None, p: int
 
 
 EXECUTORS: tuple[str, ...] = ("dataflow", "grouped")  # tests/gpu sets ("grouped",): the only executor nccl takes
-ENGINES = ("python", "native")  # runners.executors and the C++ one (runners.native), taking turns case by case
+# runners.execution.executors and the C++ one (runners.execution.native), taking turns case by case
+ENGINES = ("python", "native")
 
 
 def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, group: Any, exact: bool,
@@ -513,7 +514,7 @@ def test_run_needs_an_initialised_group() -> None:
 
 def warm_up_job(rank: int) -> list[int]:
     """How many all-reduces _ensure_communicator issues on a fresh group, the same group again, a new group."""
-    from runners import runner as runner_module
+    from runners.execution import runner as runner_module
 
     calls = []
     real = dist.all_reduce
@@ -552,7 +553,7 @@ def environment_job(rank: int, name: str) -> tuple[str | None, bool]:
 
 @pytest.mark.multiprocess
 def test_spawned_ranks_see_the_callers_environment_as_it_is_now(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runners import launch
+    from runners.commands import launch
 
     spawn(environment_job, 2, "COLLSCHED_PROBE")  # the fork server (where there is one) starts here
     for value in ("one", "two"):  # set after the server started, which a fork server's rank would not see

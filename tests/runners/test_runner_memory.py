@@ -1,10 +1,10 @@
-"""The runner's staging memory: slots carved from a buffer kept between runs (runners.runner)."""
+"""The runner's staging memory: slots carved from a buffer kept between runs (runners.execution.runner)."""
 
 from __future__ import annotations
 
 import torch
 
-from runners.staging import Arena, Carver
+from runners.execution.staging import Arena, Carver
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -1,4 +1,4 @@
-"""runners.plan.step_race: a step writing one slot twice with a copy among the writes, against brute force."""
+"""runners.execution.plan.step_race: a step writing one slot twice with a copy among the writes, against brute force."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from algorithms import registry
 from algorithms.builder import ScheduleBuilder
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule
-from runners.plan import step_race
+from runners.execution.plan import step_race
 
 
 def brute_force(schedule: Schedule) -> bool:

@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 
 from algorithms.errors import ScheduleError
-from runners import switching
-from runners.launch import spawn
-from runners.switching import SwitchError, on_torch
+from runners.commands.launch import spawn
+from runners.execution import switching
+from runners.execution.switching import SwitchError, on_torch
 from tests.algorithms import switch_cases
 from tests.runners.test_runner import EXECUTORS, one_case
 

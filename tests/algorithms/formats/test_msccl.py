@@ -705,7 +705,7 @@ def _backend_runs_files(rank: int, world: int, files: dict[str, str]) -> None:
     import torch
     import torch.distributed as dist
 
-    from runners.policy import Policy
+    from runners.backend.policy import Policy
 
     policy = Policy.from_env()
     assert str(policy.choose("allreduce", 1 << 10, world)).startswith("file:")

@@ -12,7 +12,7 @@ import pytest
 from algorithms import registry
 from algorithms.ir import ROOTED_KINDS, Buf, Op, Schedule
 from algorithms.library.allreduce import _dbt_parents, _tree_shape
-from runners.cli import main
+from runners.commands.cli import main
 
 ALGORITHMS = [(a.kind.value, a.name) for a in registry.algorithms()]
 

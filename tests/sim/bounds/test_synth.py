@@ -366,7 +366,7 @@ def test_neighbour_routes_let_synthesis_use_every_link() -> None:
 
 
 def test_backend_policy_names_synth_through_a_tuning_file() -> None:
-    from runners import policy
+    from runners.backend import policy
 
     rules = policy.parse_tuning({"format": policy.TUNING_FORMAT, "rules": {
         "allgather": [{"algorithm": "synth", "params": {"topology": "cluster:2x4", "chunks": 2}}]}})
@@ -387,8 +387,9 @@ def test_synthesized_schedules_run_on_torch_ranks() -> None:
     import sys
 
     for kind, spec in (("allgather", "cluster:2x2"),):
-        out = subprocess.run([sys.executable, "-m", "runners.cli", "bench", "--nproc", "4", "-c", kind, "-a", "synth",
-                              "--param", f"topology={spec}", "-k", "2", "--sizes", "64KiB", "--iters", "1", "--json"],
+        out = subprocess.run([sys.executable, "-m", "runners.commands.cli", "bench", "--nproc", "4", "-c", kind,
+                              "-a", "synth", "--param", f"topology={spec}", "-k", "2", "--sizes", "64KiB",
+                              "--iters", "1", "--json"],
                              capture_output=True, text=True, timeout=300, check=False)
         assert out.returncode == 0, out.stderr[-2000:]
         rows = json.loads(out.stdout)["rows"]

@@ -14,7 +14,7 @@ from algorithms import build, registry
 from algorithms import formats as fileformat
 from algorithms.errors import RegistryError
 from algorithms.ir import Kind
-from runners.cli import main
+from runners.commands.cli import main
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 
@@ -127,7 +127,7 @@ def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]
 @pytest.mark.multiprocess
 def test_the_real_process_exit_codes() -> None:
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "runners.cli", *argv], cwd=ROOT, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "runners.commands.cli", *argv], cwd=ROOT, capture_output=True,
                               text=True, timeout=120)
 
     assert run("verify", "-c", "barrier", "-a", "dissemination", "-p", "5").returncode == 0

@@ -9,7 +9,7 @@ import pytest
 
 from algorithms import build
 from algorithms import formats as fileformat
-from runners.cli import build_parser, main
+from runners.commands.cli import build_parser, main
 
 COMMANDS = ("list", "verify", "export", "convert", "simulate", "sweep", "bound", "synthesize", "fit",
             "bench", "demo", "calibrate", "validate", "tune")

@@ -11,7 +11,7 @@ import pytest
 
 from algorithms import formats as fileformat
 from algorithms import registry
-from runners.cli import main
+from runners.commands.cli import main
 from sim import topology as T
 from sim.units import parse_bandwidth, parse_duration, parse_size, parse_sizes
 
@@ -240,7 +240,7 @@ def test_sweep_errors(capsys: pytest.CaptureFixture[str], args: list[str], messa
 @pytest.mark.multiprocess
 def test_list_imports_nothing_heavy() -> None:
     # numpy is not on the list: the IR keeps a schedule's transfers in numpy columns (algorithms/ir.py).
-    code = ("import sys, runners.cli as c; c.build_parser(); "
+    code = ("import sys, runners.commands.cli as c; c.build_parser(); "
             "print(sorted(m for m in ('simpy', 'matplotlib', 'networkx', 'tqdm', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -254,7 +254,7 @@ def test_list_imports_nothing_heavy() -> None:
     ["sweep", "-c", "allreduce", "-t", "ring:4", "--sizes", "1KiB"],
 ])
 def test_torch_free_commands_import_no_torch(argv: list[str]) -> None:
-    code = ("import sys; from runners.cli import main; code = main(sys.argv[1:]); "
+    code = ("import sys; from runners.commands.cli import main; code = main(sys.argv[1:]); "
             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr); sys.exit(code)")
     done = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

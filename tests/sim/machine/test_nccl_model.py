@@ -175,7 +175,7 @@ LOG = """# nThread 1 nGpus 1 minBytes 8 maxBytes 16 step: 2(factor) warmup iters
 
 
 def test_validate_an_nccl_tests_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from runners.cli import main as torch_main
+    from runners.commands.cli import main as torch_main
 
     log = tmp_path / "all_reduce_perf.log"
     log.write_text(LOG)

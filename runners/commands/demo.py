@@ -6,7 +6,7 @@
    Chrome/Perfetto trace and a timeline plot;
 4. run on local gloo processes against torch's own collective, and print the
    nccl-tests-style table (time, algbw, busbw, #wrong, ratio). The run uses
-   the algorithm the backend's policy (``runners.policy``) would choose for
+   the algorithm the backend's policy (``runners.backend.policy``) would choose for
    the run's size and world size, unless ``--algorithm`` names one; it says
    which one ran. For integer ``--dtype`` it says whether the results are
    identical to torch's; for floats it reports the largest absolute
@@ -40,7 +40,7 @@ DEFAULT_ALGORITHM = "ring"
 
 
 def _worker(rank: int, schedule: Schedule, size: int, iters: int, dtype: str) -> dict[str, Any]:
-    from runners.bench import max_difference, measure
+    from runners.commands.bench import max_difference, measure
 
     rows = measure(schedule, [size], iters=iters, warmup=2, dtype=dtype)
     diff = None if dtype.startswith(("int", "uint", "bool")) else max_difference(schedule, size, dtype=dtype)
@@ -53,8 +53,8 @@ def _stage(n: int, text: str) -> None:
 
 def _run_schedule(args: argparse.Namespace, schedule: Schedule, run_size: int) -> tuple[Schedule, str]:
     """The schedule of the real run and why it is that one."""
-    from runners.policy import P2P, Policy
-    from runners.policy import schedule as policy_schedule
+    from runners.backend.policy import P2P, Policy
+    from runners.backend.policy import schedule as policy_schedule
 
     kind, p = schedule.collective.kind, schedule.collective.ranks
     choice = Policy.from_env().choose(kind, run_size, p)
@@ -69,8 +69,8 @@ def _run_schedule(args: argparse.Namespace, schedule: Schedule, run_size: int) -
 
 
 def _demo(args: argparse.Namespace, summary: dict[str, Any]) -> int:
-    from runners.bench import table
-    from runners.launch import SpawnError, spawn
+    from runners.commands.bench import table
+    from runners.commands.launch import SpawnError, spawn
     from sim.cli.common import schedule_from_args
     from sim.engine.closed_form import predict, route_alpha_beta
     from sim.engine.reference import simulate

@@ -23,8 +23,8 @@ import threading
 import torch
 
 from algorithms.ir import Schedule
-from runners.plan import rank_plan
-from runners.switching import on_torch
+from runners.execution.plan import rank_plan
+from runners.execution.switching import on_torch
 
 __all__ = ["STAGING", "Arena", "Carver", "release_memory", "staging_bytes"]
 

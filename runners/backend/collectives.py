@@ -1,13 +1,13 @@
-"""The collectives of ``runners.backend.CollschedProcessGroup``: torch's calling conventions, translated.
+"""The collectives of ``runners.backend.group.CollschedProcessGroup``: torch's calling conventions, translated.
 
 ``Collectives`` (a mixin of the process group) holds one method per torch
 collective (``allreduce`` ... ``all_to_all_single``, their coalesced and
 ``_base`` forms): each is a job body behind the shared prologue
 (``collective``: default options, pass-through to another backend, op and
 root checks, the inner group, queueing) that checks torch's arguments, turns
-its tensors into the contiguous 1-D buffers of ``runners.runner.run`` and
-back, and falls back to ``runners.direct`` for shapes no schedule covers
-(uneven pieces). The group itself (``runners.backend``) provides the
+its tensors into the contiguous 1-D buffers of ``runners.execution.runner.run`` and
+back, and falls back to ``runners.backend.direct`` for shapes no schedule covers
+(uneven pieces). The group itself (``runners.backend.group``) provides the
 dispatch these bodies call: ``_execute`` (the policy's schedule or the direct
 fallback), ``_mode``, ``_group`` and ``_submit``.
 """
@@ -27,12 +27,12 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
 from algorithms.ir import Kind
-from runners import alltoallv, direct
-from runners.policy import P2P
-from runners.work import Job
+from runners.backend import alltoallv, direct
+from runners.backend.policy import P2P
+from runners.backend.work import Job
 
 if TYPE_CHECKING:
-    from runners.work import CollschedWork
+    from runners.backend.work import CollschedWork
 
 __all__ = ["Body", "Call", "Collectives", "check_same_dtype", "collective", "device_type_of", "flat_view",
            "nbytes_of", "op_of", "timeout_of", "write_back"]

@@ -36,10 +36,10 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Buf, Op
-from runners.buffers import Buffers
 from runners.errors import RunError, RunTimeout, peer_report, report_failure
-from runners.plan import Item, RankPlan, Role
-from runners.staging import STAGING, Carver
+from runners.execution.buffers import Buffers
+from runners.execution.plan import Item, RankPlan, Role
+from runners.execution.staging import STAGING, Carver
 
 EXECUTORS = ("grouped", "dataflow", "auto")
 # Post groups with dist.batch_isend_irecv even where the backend cannot coalesce (gloo), so that CPU
@@ -73,7 +73,7 @@ class Context:
         self.combine = combine
         self.timeout = timeout
         self.deadline = deadline
-        self.salt = 0  # or'ed into every transfer's tag by a checked run (runners.arguments.salt)
+        self.salt = 0  # or'ed into every transfer's tag by a checked run (runners.execution.arguments.salt)
 
     def src(self, it: Item) -> torch.Tensor:
         t = it.transfer

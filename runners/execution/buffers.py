@@ -7,8 +7,8 @@ from collections.abc import Callable
 import torch
 
 from algorithms.ir import Buf, Kind, Schedule
-from runners.arguments import OP_NAMES, segments
-from runners.plan import RankPlan
+from runners.execution.arguments import OP_NAMES, segments
+from runners.execution.plan import RankPlan
 
 
 def _sum(dst: torch.Tensor, src: torch.Tensor) -> None:

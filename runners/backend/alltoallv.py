@@ -24,8 +24,8 @@ import torch.distributed as dist
 
 from algorithms import registry
 from algorithms.ir import Kind, Matrix, Schedule
-from runners.arguments import SUPPORTED_DTYPES
-from runners.policy import FILE_PREFIX, Choice, schedule
+from runners.backend.policy import FILE_PREFIX, Choice, schedule
+from runners.execution.arguments import SUPPORTED_DTYPES
 
 __all__ = ["SCHEDULE_CACHE", "schedule_for", "split_table", "unit_matrix"]
 

@@ -1,6 +1,6 @@
 """Benchmark a schedule against torch's native collective, side by side, nccl-tests style.
 
-    torchrun --nproc_per_node=N -m runners.bench --collective K --algorithm A --sizes 1KiB:64MiB \\
+    torchrun --nproc_per_node=N -m runners.commands.bench --collective K --algorithm A --sizes 1KiB:64MiB \\
         [--iters 20] [--warmup 5] [--dtype float32] [--chunks k] [--json]
     collsched bench --nproc N --collective K --algorithm A --sizes 1KiB:64MiB ...   (spawns N local processes)
 
@@ -127,7 +127,7 @@ def _native(kind: Kind, p: int, rank: int, root: int | None, x: Any, out: Any) -
 
 def _scheduled(schedule: Schedule, x: Any, out: Any, timeout: float | None, check: bool,
                executor: str = "auto") -> Callable[[], None]:
-    from runners.runner import run
+    from runners.execution.runner import run
 
     def call() -> None:
         run(schedule, x, out, timeout=timeout, check=check, executor=executor)
@@ -208,7 +208,7 @@ def measure(schedule: Schedule, sizes: Sequence[int], *, dtype: str = "float32",
 
 def _chosen(executor: str, device: Any, kind: Kind) -> str:
     """The executor ``run`` uses for ``executor`` here (``auto`` resolved as the runner resolves it)."""
-    from runners.runner import AUTO_CPU
+    from runners.execution.runner import AUTO_CPU
 
     if executor != "auto":
         return executor
@@ -265,7 +265,7 @@ def _both(schedule: Schedule, x: Any, out: Any, timeout: float | None, executor:
     """The schedule's and torch's native results, each computed on fresh copies of ``x`` and ``out``."""
     import torch.distributed as dist
 
-    from runners.runner import run
+    from runners.execution.runner import run
 
     coll = schedule.collective
     results = []
@@ -379,7 +379,7 @@ def _print(rows: list[dict[str, Any]], as_json: bool) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import os
 
-    from runners.launch import SpawnError, spawn
+    from runners.commands.launch import SpawnError, spawn
 
     _check_counts(args)
     if args.nproc < 1:
@@ -414,14 +414,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     measures, rank 0 prints."""
     import os
 
-    parser = argparse.ArgumentParser(prog="python -m runners.bench", description=__doc__.splitlines()[0] + " " + WRONG)
+    parser = argparse.ArgumentParser(prog="python -m runners.commands.bench",
+                                     description=__doc__.splitlines()[0] + " " + WRONG)
     parser.add_argument("--backend", default=None, help="gloo or nccl (default: nccl when CUDA is available)")
     _add_options(parser)
     args = parser.parse_args(argv)
-    prog = "runners.bench"
+    prog = "runners.commands.bench"
     try:
         _check_counts(args)
-        from runners.launch import init
+        from runners.commands.launch import init
 
         world = os.environ.get("WORLD_SIZE", "")
         if not world.isdigit():

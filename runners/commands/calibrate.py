@@ -5,7 +5,7 @@
     collsched tune --machine machine.json --nproc N [--nproc M ...] [-o tuning.json] [--json]
 
 ``calibrate`` spawns N local gloo ranks (or runs under torchrun: ``python -m
-runners.calibrate --out F``) and measures what the model needs
+runners.commands.calibrate --out F``) and measures what the model needs
 (docs/design.md, "Machine model and calibration"):
 
 1. point-to-point time against size for every pair of ranks (ping-pong, half
@@ -17,7 +17,7 @@ runners.calibrate --out F``) and measures what the model needs
    shared, and the host-wide cap (all ranks' flows together);
 3. reduction throughput γ per dtype (``x.add_(y)``, the runner's combine),
    on one rank alone and on every rank at once;
-4. the runner's own cost: ``runners.runner.run`` of small schedules, fitted
+4. the runner's own cost: ``runners.execution.runner.run`` of small schedules, fitted
    (with the simulator) as a fixed cost per call (``launch``) plus a cost per
    message (``message_cpu``);
 5. large runner collectives (``COLLECTIVE_CASES`` at 4 to 64 MiB): the
@@ -34,7 +34,7 @@ and writes a machine file (``sim.machine.model``): the ``host`` topology
 (per-rank send/receive links at B, α on the host link, the host cap), the
 engine parameters, and the measurements and fits under ``model``.
 
-``validate`` measures the runner (``runners.bench.measure``: schedule and
+``validate`` measures the runner (``runners.commands.bench.measure``: schedule and
 torch's collective interleaved, median of the slowest rank's time; the
 median over ``--launches`` launches) for every algorithm of allreduce,
 allgather, reducescatter, broadcast and alltoall at each size, simulates the
@@ -207,7 +207,7 @@ def _reductions(rank: int, p: int) -> dict[str, dict[str, list[float]]]:
 
 
 def _copies(rank: int, p: int) -> list[float]:
-    """The runner's private copy of a buffer (``runners.buffers``: ``torch.zeros`` then ``copy_``) into fresh
+    """The runner's private copy of a buffer (``runners.execution.buffers``: ``torch.zeros`` then ``copy_``) into fresh
     memory, every rank at once: the slowest rank's median per size in ``COPY_SIZES``."""
     import torch
     import torch.distributed as dist
@@ -233,8 +233,8 @@ def _runner(rank: int, p: int, check: bool, specs: Sequence[tuple[str, str, int]
     import torch
     import torch.distributed as dist
 
-    from runners.bench import _buffers
-    from runners.runner import run
+    from runners.commands.bench import _buffers
+    from runners.execution.runner import run
 
     cases = []
     for kind_name, name, chunks in specs:
@@ -301,8 +301,8 @@ def measure(rank: int, check: bool = True, rounds: int = 3) -> dict[str, Any]:
 
 def hand_made_preference() -> Preference:
     """What ``sim.machine.tune.tune`` keeps within its margin: the choice of the policy's hand-made bands
-    (``runners.policy.HAND_DEFAULTS``) as (algorithm, chunks)."""
-    from runners.policy import HAND_DEFAULTS, Policy
+    (``runners.backend.policy.HAND_DEFAULTS``) as (algorithm, chunks)."""
+    from runners.backend.policy import HAND_DEFAULTS, Policy
 
     hand_made = Policy(dict(HAND_DEFAULTS))
 
@@ -317,7 +317,7 @@ def hand_made_preference() -> Preference:
 
 
 def _spawn(fn: Callable[..., Any], nproc: int, *args: Any, timeout: float = 3600.0) -> Any:
-    from runners.launch import SpawnError, spawn
+    from runners.commands.launch import SpawnError, spawn
 
     if nproc < 2:
         raise CalibrationError(f"--nproc must be >= 2, got {nproc}")
@@ -359,7 +359,7 @@ def _validate_worker(rank: int, cases: list[tuple[str, str]], sizes: list[int], 
                      check: bool) -> list[dict[str, Any]]:
     import torch.distributed as dist
 
-    from runners.bench import measure as bench_measure
+    from runners.commands.bench import measure as bench_measure
     from sim.machine.predict import build_schedule
 
     p = dist.get_world_size()
@@ -462,7 +462,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from runners.policy import TUNING_FORMAT, parse_tuning
+    from runners.backend.policy import TUNING_FORMAT, parse_tuning
     from sim.machine.predict import load_machine
     from sim.machine.tune import tune
 
@@ -563,18 +563,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Under torchrun: every rank measures, rank 0 fits and writes the machine file."""
     from sim.machine.calibration import calibration_report, fit_machine
 
-    parser = argparse.ArgumentParser(prog="python -m runners.calibrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m runners.commands.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--out", "-o", default="machine.json")
     parser.add_argument("--no-check", dest="check", action="store_false")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    from runners.launch import init
+    from runners.commands.launch import init
 
     try:
         rank, _ = init("gloo")
         rec = measure(rank, args.check, args.rounds)
     except CollschedError as e:
-        print(f"runners.calibrate: error: {e}", file=sys.stderr)
+        print(f"runners.commands.calibrate: error: {e}", file=sys.stderr)
         return 2
     import torch.distributed as dist
 

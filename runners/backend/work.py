@@ -1,7 +1,7 @@
 """What a collsched collective returns (``CollschedWork``) and the queue that runs a group's collectives.
 
 Every collective becomes a job on its group's one worker thread, a FIFO: collectives complete in
-the order they were issued. See ``runners.backend`` for ordering, errors and CUDA streams.
+the order they were issued. See ``runners.backend.group`` for ordering, errors and CUDA streams.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class IssueQueue:
 
 
 class InlineQueue(IssueQueue):
-    """Runs each job at once, on the thread that submits it: the C++ backend's worker (runners.cpp_backend),
+    """Runs each job at once, on the thread that submits it: the C++ backend's worker (runners.backend.cpp),
     which already keeps the group's collectives in issue order."""
 
     def submit(self, job: Job, state: JobState) -> None:

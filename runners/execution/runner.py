@@ -27,7 +27,7 @@ copies (the last chunks hold fewer real elements, possibly none) and copies
 the result back. An out-of-place kind never writes the caller's input: when
 its schedule writes the input buffer, the runner works on a copy.
 
-Execution (``executor=``, see runners.executors). ``"grouped"``: steps in
+Execution (``executor=``, see runners.execution.executors). ``"grouped"``: steps in
 program order, all of a rank's sends and receives of a step posted as one
 group (nccl: one ``batch_isend_irecv`` on the group's own communicator),
 reductions and local copies after it. ``"dataflow"`` (gloo only): sends and
@@ -42,7 +42,7 @@ runner all-reduces one element on it, so that the group's communicator exists
 (made by every rank) before any point-to-point operation.
 
 Memory: what one run allocates beyond the caller's tensors, and the staging
-buffer kept between runs, is described in ``runners.staging``.
+buffer kept between runs, is described in ``runners.execution.staging``.
 
 Validation happens before any data moves. Checks that need only the
 arguments run on every rank identically (including ``plan.step_race``: a
@@ -53,12 +53,13 @@ runs the same check over the table, so a bad argument on one rank raises the
 same ``InputError`` on every rank and nothing hangs. With the native engine on
 CPU the exchange runs once per signature and group; a later call of the
 signature is checked in band (salted tags and a stall watch, see
-``runners.arguments``), so that no data moves between ranks that disagree and
+``runners.execution.arguments``), so that no data moves between ranks that disagree and
 the ranks that stall on them raise an ``InputError`` naming the argument.
 
-Modules: ``runners.arguments`` (the cross-rank argument check), ``runners.buffers`` (working buffers and
-reduce ops), ``runners.staging`` (staging memory), ``runners.executors`` (the two executors),
-``runners.native`` (the same two in C++, without the GIL: the default wherever the extension builds;
+Modules: ``runners.execution.arguments`` (the cross-rank argument check), ``runners.execution.buffers``
+(working buffers and reduce ops), ``runners.execution.staging`` (staging memory), ``runners.execution.executors``
+(the two executors),
+``runners.execution.native`` (the same two in C++, without the GIL: the default wherever the extension builds;
 ``engine=`` or ``COLLSCHED_EXECUTOR`` chooses) and ``runners.errors``.
 """
 
@@ -73,8 +74,9 @@ import torch
 import torch.distributed as dist
 
 from algorithms.ir import Buf, Kind, Schedule
-from runners import native
-from runners.arguments import (
+from runners.errors import InputError, RunError, RunTimeout
+from runners.execution import native
+from runners.execution.arguments import (
     OP_NAMES,
     REDUCING,
     SUPPORTED_DTYPES,
@@ -92,13 +94,12 @@ from runners.arguments import (
     signature,
     stall_seconds,
 )
-from runners.arguments import salt as salt_of
-from runners.buffers import Buffers, combine
-from runners.errors import InputError, RunError, RunTimeout
-from runners.executors import EXECUTORS, Context, execute_grouped, execute_host
-from runners.plan import rank_plan
-from runners.staging import release_memory, staging_bytes
-from runners.switching import SwitchError, on_torch
+from runners.execution.arguments import salt as salt_of
+from runners.execution.buffers import Buffers, combine
+from runners.execution.executors import EXECUTORS, Context, execute_grouped, execute_host
+from runners.execution.plan import rank_plan
+from runners.execution.staging import release_memory, staging_bytes
+from runners.execution.switching import SwitchError, on_torch
 
 __all__ = ["AUTO_CPU", "EXECUTORS", "SUPPORTED_DTYPES", "InputError", "RunError", "RunTimeout", "release_memory",
            "run", "staging_bytes"]
@@ -109,7 +110,7 @@ AUTO_CPU: dict[Kind, str] = {}
 """``executor="auto"`` on gloo: the executor per kind where the grouped one measured faster (see
 docs/backend.md, "Performance"); kinds not listed use the dataflow executor."""
 
-# Groups whose communicator is known to exist (CUDA), held weakly (see runners.arguments._CACHES).
+# Groups whose communicator is known to exist (CUDA), held weakly (see runners.execution.arguments._CACHES).
 _READY: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
@@ -181,20 +182,20 @@ def run(
     ``check=True`` exchanges a row of 12 integers per rank the first time a
     signature (schedule, sizes, dtype, op) runs on the group; with the native
     engine on CPU a later call of it skips the exchange and is checked in band
-    (runners.arguments). ``check=False`` skips the metadata exchange and the
+    (runners.execution.arguments). ``check=False`` skips the metadata exchange and the
     in-band check: arguments are still checked locally, but a
     rank whose arguments are bad raises alone and its peers time out, naming
     it; arguments that differ between ranks (schedules included) are not
     detected, as in torch.
 
     ``executor``: ``"grouped"``, ``"dataflow"`` (gloo only) or ``"auto"``
-    (see the module docstring). ``engine``: ``"native"`` (runners.native: the C++ executor, no GIL),
-    ``"python"`` (runners.executors), or None: ``COLLSCHED_EXECUTOR``, native where it builds.
+    (see the module docstring). ``engine``: ``"native"`` (runners.execution.native: the C++ executor, no GIL),
+    ``"python"`` (runners.execution.executors), or None: ``COLLSCHED_EXECUTOR``, native where it builds.
     """
     if not isinstance(schedule, Schedule):
         raise InputError(f"schedule must be a Schedule, got {type(schedule).__name__}")
     if not dist.is_initialized():
-        raise InputError("torch.distributed is not initialised: call init_process_group (or runners.launch)")
+        raise InputError("torch.distributed is not initialised: call init_process_group (or runners.commands.launch)")
     seconds = _seconds(timeout)
     rank = dist.get_rank(group)
     if rank < 0:
@@ -229,7 +230,7 @@ def run(
     watched = None
     salt = 0
     if check and p > 1 and engine == "native" and meta_device(group).type == "cpu" and native.available():
-        # Checked once per signature and group by the exchange; later calls in band (runners.arguments).
+        # Checked once per signature and group by the exchange; later calls in band (runners.execution.arguments).
         cache = checked_before(group if group is not None else dist.group.WORLD)
         sig = signature(row)
         counter = native.next_call(group)

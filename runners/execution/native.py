@@ -5,7 +5,7 @@ system C++ compiler) into a cache directory keyed by torch's version and the sou
 (``$COLLSCHED_CACHE``, default ``~/.cache/collsched``), so it is built once per machine and torch; the
 build prints its time once. Concurrent ranks share one build (torch locks the build directory). Where no
 compiler is found or the build fails, ``available()`` is False, one line says why, and the Python
-executor (``runners.executors``) runs.
+executor (``runners.execution.executors``) runs.
 
 Choice. ``COLLSCHED_EXECUTOR=native|python`` chooses; unset, native runs wherever it builds.
 ``native`` that cannot build falls back with the same one line (it never stops a run).
@@ -34,18 +34,18 @@ import torch
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Buf, Kind, Op
-from runners.arguments import parse_rows, stalled
 from runners.errors import RunError, RunTimeout, peer_report, report_failure
-from runners.executors import Context
-from runners.plan import RankPlan, Role
-from runners.staging import STAGING
+from runners.execution.arguments import parse_rows, stalled
+from runners.execution.executors import Context
+from runners.execution.plan import RankPlan, Role
+from runners.execution.staging import STAGING
 
 __all__ = ["ENV_EXECUTOR", "NativePlan", "available", "build_note", "chosen", "execute", "group_store", "load",
            "next_call", "transport_rows", "watch"]
 
 ENV_EXECUTOR = "COLLSCHED_EXECUTOR"
 ENV_CACHE = "COLLSCHED_CACHE"
-SOURCE = Path(__file__).resolve().parent / "csrc" / "executor.cpp"
+SOURCE = Path(__file__).resolve().parents[1] / "csrc" / "executor.cpp"
 HEADERS = (SOURCE.parent / "backend.h", SOURCE.parent / "check.h")  # included by SOURCE: one build
 _BUF_INDEX = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
 _TOKEN = -2  # executor.cpp's op code for a barrier token
@@ -204,7 +204,7 @@ def execute(ctx: Context, op: int, dataflow: bool, check: Any = None) -> None:
     """Run ``ctx``'s plan natively (``dataflow``: the dataflow engine, else grouped); raises as the Python one.
 
     ``check``: the run's stall watch (``watch``), whose salt the tags carry; a mismatch it finds raises
-    ``runners.arguments.stalled``'s InputError."""
+    ``runners.execution.arguments.stalled``'s InputError."""
     native = _native_plan(ctx.plan)
     group = ctx.group if ctx.group is not None else c10d._get_default_group()
     bufs = ctx.bufs.bufs
@@ -238,15 +238,16 @@ def execute(ctx: Context, op: int, dataflow: bool, check: Any = None) -> None:
             STAGING.give_back(ref.device, keep=ok)
 
 
-# The tag of the metadata rows (runners.arguments' point-to-point exchange uses it too): above every transfer's.
+# The tag of the metadata rows (runners.execution.arguments' point-to-point exchange uses it too): above every
+# transfer's.
 _META_TAG = 1 << 30
 
 
 def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadline: float, what: str,
              schedule: Any = None, check: Any = None, counter: int = 0) -> list[list[int]]:
-    """Every rank's metadata row (runners.arguments), in one round of messages with every peer, natively.
+    """Every rank's metadata row (runners.execution.arguments), in one round of messages with every peer, natively.
 
-    The gloo all-gather that ``runners.arguments.exchange`` makes takes p-1 rounds one after another (a
+    The gloo all-gather that ``runners.execution.arguments.exchange`` makes takes p-1 rounds one after another (a
     ring); here every rank sends its row to every peer and receives theirs at once, so the check costs one
     round of tiny messages. A peer that does not answer is named as the all-gather's fallback names it."""
     module = load()
@@ -266,7 +267,7 @@ def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadlin
             f"peer rank {peer} (global rank {globals_[peer]})")
     # Only our own deadline makes a timeout: gloo also says "timeout" when it closed a pair because a wait
     # timed out earlier ("Application timeout caused pair closure"), which is the peer failing (as
-    # runners.executors.Context.failure tells them apart).
+    # runners.execution.executors.Context.failure tells them apart).
     if status == 2 or (("timed out" in text.lower() or "timeout" in text.lower())
                        and time.monotonic() >= deadline - 0.01):
         raise RunTimeout(f"{head} did not complete in time; is rank {peer} running the same run()? ({text})")

@@ -24,7 +24,7 @@ msccl-tools, TACCL or TE-CCL write. It serves its own collective kind on its
 own world size (and root), and is loaded once per process.
 
 The name ``p2p`` is always available: the backend's direct point-to-point
-implementation (``runners.direct``: every rank exchanges with its peers
+implementation (``runners.backend.direct``: every rank exchanges with its peers
 directly, no schedule). It is not ``direct``, because the algorithm library
 may register a schedule of that name.
 It is also what a kind gets when no registered algorithm can serve it.

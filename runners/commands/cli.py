@@ -18,7 +18,7 @@ from sim.cli import app as cli
 
 __all__ = ["TORCH_COMMANDS", "build_parser", "main"]
 
-TORCH_COMMANDS: tuple[str, ...] = ("runners.bench", "runners.demo", "runners.calibrate")
+TORCH_COMMANDS: tuple[str, ...] = ("runners.commands.bench", "runners.commands.demo", "runners.commands.calibrate")
 
 
 def build_parser() -> cli.Parser:

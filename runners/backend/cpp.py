@@ -1,6 +1,6 @@
 """The ``collsched`` backend in C++ (``runners/csrc/backend.h``): Work objects with real futures, no GIL on a hit.
 
-``wrap(group)`` turns a ``runners.backend.CollschedProcessGroup`` made with an inline queue into the
+``wrap(group)`` turns a ``runners.backend.group.CollschedProcessGroup`` made with an inline queue into the
 C++ ``c10d::Backend`` that torch's creator returns. The C++ backend owns the group's one worker
 thread (a FIFO, as the Python backend's); its collectives return C++ ``Work`` objects whose
 ``c10::ivalue::Future`` that thread completes. For dense contiguous CPU tensors of the kinds below,
@@ -31,8 +31,10 @@ import torch.distributed as dist
 
 from algorithms.errors import UsageError
 from algorithms.ir import Buf, Kind
-from runners import native
-from runners.arguments import (
+from runners.backend.policy import P2P, schedule
+from runners.errors import RunError
+from runners.execution import native
+from runners.execution.arguments import (
     OP_NAMES,
     REDUCING,
     common_count,
@@ -45,12 +47,10 @@ from runners.arguments import (
     stall_seconds,
     stalled,
 )
-from runners.errors import RunError
-from runners.executors import Context
-from runners.plan import RankPlan, rank_plan
-from runners.policy import P2P, schedule
-from runners.runner import AUTO_CPU
-from runners.switching import SwitchError, on_torch
+from runners.execution.executors import Context
+from runners.execution.plan import RankPlan, rank_plan
+from runners.execution.runner import AUTO_CPU
+from runners.execution.switching import SwitchError, on_torch
 from sim import units
 
 __all__ = ["ENV_BACKEND", "ENV_INLINE", "INLINE_BYTES", "KINDS", "Core", "group_of", "inline_bytes", "unavailable",
@@ -115,7 +115,7 @@ class Core:
         executor. With the check on (``COLLSCHED_CHECK``, the default) the answer says so (its field 19): the
         C++ side then runs the first call of the signature through the Python body, whose cross-rank check
         compares every rank's arguments, and the later ones natively, checked in band with the row and salt
-        position of the last two fields (runners.arguments).
+        position of the last two fields (runners.execution.arguments).
         """
         g = self.group
         if native.chosen() != "native":
@@ -161,7 +161,7 @@ class Core:
                 len(self._prepared) - 1, bool(g._check), row, salt_shift(sched))
 
     def native_failure(self, index: int, status: int, item: int, text: str, late: bool, seconds: float) -> None:
-        """Raise what the Python executor raises for a failed native run (the same words: runners.executors)."""
+        """Raise what the Python executor raises for a failed native run (its words: runners.execution.executors)."""
         plan = self._prepared[index].plan
         g = self.group
         if status == native.MISMATCH:

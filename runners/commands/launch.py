@@ -73,7 +73,7 @@ def init(backend: str | None = None, *, timeout: float | None = None) -> tuple[i
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
     if missing:
         raise CollschedError(f"not under torchrun: environment lacks {', '.join(missing)} "
-                             "(launch with `torchrun --nproc_per_node=N` or use runners.launch.spawn)")
+                             "(launch with `torchrun --nproc_per_node=N` or use runners.commands.launch.spawn)")
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     kwargs: dict[str, Any] = {}

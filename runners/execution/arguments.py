@@ -1,4 +1,4 @@
-"""The cross-rank argument check of ``runners.runner.run``.
+"""The cross-rank argument check of ``runners.execution.runner.run``.
 
 Validation happens before any data moves. Checks that need only the
 arguments run on every rank identically; then the ranks all-gather a few
@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from algorithms.ir import Buf, Kind, Schedule
 from runners.errors import InputError, RunError, RunTimeout, peer_report, report_failure
-from runners.plan import RankPlan
+from runners.execution.plan import RankPlan
 
 ReduceOp = dist.ReduceOp
 

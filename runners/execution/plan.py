@@ -21,7 +21,7 @@ makes the execution deadlock-free (every staged receive of the earliest
 unfinished step fits once the earlier steps are done) while letting the next
 step's receives be posted early.
 
-This module never imports torch; runners.runner executes the plan.
+This module never imports torch; runners.execution.runner executes the plan.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Cost: each rank sends and receives its whole share once, in one round
 received contributions in temporary memory (p-1 times the buffer).
 
 Every function takes the inner ``ProcessGroup`` (ranks are group ranks) and
-contiguous tensors; ``runners.backend`` prepares both.
+contiguous tensors; ``runners.backend.group`` prepares both.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def run_kind(
     op: Any,
     root: int | None,
 ) -> None:
-    """The point-to-point implementation of one kind, with ``runners.runner.run``'s tensor arguments."""
+    """The point-to-point implementation of one kind, with ``runners.execution.runner.run``'s tensor arguments."""
     p, root = group.size(), root or 0
     if kind is Kind.BARRIER:
         barrier(group)

@@ -1,6 +1,6 @@
 """How a schedule's switch operations run on torch: lowered to point-to-point transfers, or refused.
 
-``on_torch(schedule)`` is what ``runners.runner.run`` executes: the schedule itself when it has no switch
+``on_torch(schedule)`` is what ``runners.execution.runner.run`` executes: the schedule itself when it has no switch
 operations, else ``algorithms.lower.point_to_point(schedule)`` (one rank per operation acts as the switch),
 which runs on gloo and on NCCL point-to-point alike and computes the same result. The lowering is a pure
 Schedule -> Schedule transform, so the executors never see a switch operation. A schedule whose lowering

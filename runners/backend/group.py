@@ -1,10 +1,10 @@
 """The ``collsched`` torch.distributed backend: unmodified PyTorch code runs verified schedules.
 
-``import runners.backend`` registers the backend (so does torch itself at
+``import runners.backend.group`` registers the backend (so does torch itself at
 ``import torch`` when collsched is installed: see the ``torch.backends``
 entry point in pyproject.toml); then ``init_process_group("collsched")``
 makes ``dist.all_reduce`` and every other collective run the schedule that
-the policy (``runners.policy``) picks for its kind, size and world size.
+the policy (``runners.backend.policy``) picks for its kind, size and world size.
 
 Structure. torch hands a Python backend every tensor of every device, so
 ``CollschedProcessGroup`` (a ``dist.ProcessGroup`` subclass, the only kind of
@@ -19,27 +19,27 @@ Python backend torch accepts) dispatches by device itself:
   tags can never be confused with the schedules' messages;
 - shapes no schedule covers (uneven ``all_to_all_single``, ``all_gather``
   into tensors of different lengths) and kinds without a registered
-  algorithm run ``runners.direct``'s point-to-point exchanges (``p2p`` in
+  algorithm run ``runners.backend.direct``'s point-to-point exchanges (``p2p`` in
   the policy).
 
 Every collective method is its job body behind one shared prologue
-(``runners.collectives``: default options, pass-through, op and root
+(``runners.backend.collectives``: default options, pass-through, op and root
 checks, the inner group, queueing); the bodies, which translate torch's
 arguments into the runner's buffers, live there too, in the ``Collectives``
-mixin of the group. ``runners.work`` holds ``CollschedWork`` and the issue
-queue, ``runners.inner_groups`` makes the inner groups.
+mixin of the group. ``runners.backend.work`` holds ``CollschedWork`` and the issue
+queue, ``runners.backend.inner_groups`` makes the inner groups.
 
 Sparse tensors (``all_reduce`` SUM, as gloo) go to the inner group's own
 sparse all-reduce, in issue order; ``monitored_barrier`` is collsched's own
 (gloo's semantics, through the store); see docs/backend.md for which torch
 features are served and which are handed on.
 
-Schedules run through ``runners.runner.run`` on the inner group, which is
+Schedules run through ``runners.execution.runner.run`` on the inner group, which is
 registered in torch's group tables (not in ``pg_names``) because the runner
 uses the public ``dist`` point-to-point API. The runner's cross-rank argument
 check is on (``COLLSCHED_CHECK=0`` turns it off): each signature's first call
 exchanges the ranks' rows, later calls are checked in band at no cost in
-messages (``runners.arguments``).
+messages (``runners.execution.arguments``).
 
 Ordering and errors. Every collective becomes a job on the group's one
 worker thread, a FIFO: collectives complete in the order they were issued,
@@ -74,14 +74,15 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Kind
-from runners import alltoallv, cpp_backend, direct
-from runners.collectives import Collectives, device_type_of, timeout_of
+from runners.backend import alltoallv, direct
+from runners.backend import cpp as cpp_backend
+from runners.backend.collectives import Collectives, device_type_of, timeout_of
+from runners.backend.inner_groups import forget_inner_group, inner_group
+from runners.backend.policy import P2P, Choice, Policy, schedule
+from runners.backend.registration import BACKEND_NAME, register_creator
+from runners.backend.work import CollschedWork, InlineQueue, IssueQueue, Job, JobState
 from runners.errors import RunTimeout
-from runners.inner_groups import forget_inner_group, inner_group
-from runners.policy import P2P, Choice, Policy, schedule
-from runners.registration import BACKEND_NAME, register_creator
-from runners.runner import run
-from runners.work import CollschedWork, InlineQueue, IssueQueue, Job, JobState
+from runners.execution.runner import run
 
 __all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "MonitoredBarrierError", "collsched_group",
            "create", "register", "settle"]
@@ -100,7 +101,7 @@ class MonitoredBarrierError(RunTimeout):
 
 class CollschedProcessGroup(Collectives, dist.ProcessGroup):
     """A process group whose collectives run collsched schedules on inner gloo/nccl groups (the collective
-    methods themselves: ``runners.collectives.Collectives``).
+    methods themselves: ``runners.backend.collectives.Collectives``).
 
     Made by ``init_process_group("collsched")`` or ``new_group(backend="collsched")``;
     see the module docstring for how calls are dispatched.
@@ -125,7 +126,7 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
         self._timeout = timeout
         self._job_timeout: timedelta | None = None  # a per-call timeout (opts.timeout) while its job runs
         # The cross-rank argument check: on by default (COLLSCHED_CHECK=0 turns it off). Each signature is
-        # exchanged once per group; later calls are checked in band (runners.arguments).
+        # exchanged once per group; later calls are checked in band (runners.execution.arguments).
         want = os.environ.get(ENV_CHECK, "").strip() or "1"
         if want not in ("0", "1"):
             raise ValueError(f"{ENV_CHECK} must be 0 or 1, got {want!r}")
@@ -145,14 +146,14 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
             bound = getattr(c10d._world.default_pg, "bound_device_id", None) if dist.is_initialized() else None
             self._inner["cuda"] = inner_group(store, rank, size, timeout, "cuda", self._global_ranks, "cuda",
                                               bound_device=bound)
-        # inline: the C++ backend (runners.cpp_backend) runs this group's jobs on its own worker thread.
+        # inline: the C++ backend (runners.backend.cpp) runs this group's jobs on its own worker thread.
         self._queue: IssueQueue = InlineQueue(f"r{rank}") if inline else IssueQueue(f"r{rank}")
         self._streams: dict[int, Any] = {}
         self._coalesced: list[JobState] | None = None
         self._monitored = 0  # monitored_barrier calls so far (every rank counts alike)
         self._closed = False
         self._executed: collections.Counter[str] = collections.Counter()
-        self._native_counts: Any = None  # the C++ backend's counts of its native runs (runners.cpp_backend)
+        self._native_counts: Any = None  # the C++ backend's counts of its native runs (runners.backend.cpp)
         self._folded: dict[str, int] = {}
         _LIVE.add(self)
 
@@ -312,11 +313,11 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
     ) -> None:
         """Run the policy's schedule for ``kind`` on contiguous 1-D tensors (or the direct fallback).
 
-        Tensors follow ``runners.runner.run``: in-place kinds use ``tensor``;
+        Tensors follow ``runners.execution.runner.run``: in-place kinds use ``tensor``;
         ``tensor`` is None on the non-roots of scatter and ``output`` on the
         non-roots of gather; a barrier has neither. ``nbytes`` is the size the
         policy sees (nccl-tests conventions), identical on every rank. ``matrix``: an alltoallv's traffic
-        matrix in chunks (``runners.alltoallv``; its caller handles the direct fallback).
+        matrix in chunks (``runners.backend.alltoallv``; its caller handles the direct fallback).
         """
         choice = self._choose(kind, nbytes)
         if choice.algorithm == P2P:
@@ -492,7 +493,7 @@ _LIVE: weakref.WeakSet[CollschedProcessGroup] = weakref.WeakSet()
 
 
 def create(opts: Any, backend_options: Any = None) -> Any:
-    """The creator torch calls (extended API): the C++ backend (``runners.cpp_backend``) around a
+    """The creator torch calls (extended API): the C++ backend (``runners.backend.cpp``) around a
     ``CollschedProcessGroup``, or the Python group itself where the C++ one is not available or not wanted."""
     why = cpp_backend.unavailable()
     group = CollschedProcessGroup(
