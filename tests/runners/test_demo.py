@@ -29,9 +29,13 @@ def test_demo_runs_every_stage_and_writes_its_outputs(tmp_path: Path) -> None:
     text = proc.stdout
     assert "ring (allreduce p=3 C=3): 4 steps, 12 transfers: OK" in text
     assert "simulated / closed form 1.0000" in text  # ring on a ring: exactly the closed form
-    # The run step: the policy's choice for 64 KiB on 3 ranks, float32, so a largest difference, not "identical".
+    # The run step runs the schedule the stages before verified and simulated (the researcher's friction list: it
+    # verified ring, then ran the policy's direct), and names the policy's choice beside it; float32, so a largest
+    # difference, not "identical".
     choice = Policy.from_env().choose("allreduce", 64 * 1024, 3)
-    assert f"run {choice}, the backend's policy's choice for allreduce of 65536 bytes on 3 ranks" in text
+    assert choice.algorithm != "ring"  # else this test could not tell the two apart
+    assert "[4/4] run ring, the schedule verified above (the backend's policy would run" in text
+    assert f"{choice} for 65536 bytes on 3 ranks)" in text or "p2p, no schedule" in text
     assert "#wrong 0 on small-integer data" in text and "largest |" in text and "identical" not in text
     assert "demo OK" in text
     assert fileformat.load(out / "schedule.json") == build("allreduce", "ring", 3)
@@ -61,7 +65,7 @@ def test_demo_on_integers_with_a_named_algorithm(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "run ring, named with --algorithm (the backend's policy would choose" in proc.stdout
+    assert "run ring, named with --algorithm (the backend's policy would run" in proc.stdout
     assert "#wrong 0: identical to torch" in proc.stdout and "largest" not in proc.stdout
 
 
