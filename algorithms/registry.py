@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -49,9 +50,11 @@ Builder = Callable[..., Schedule]
 class Cost:
     """Closed-form α-β-γ cost: time = steps·α + bytes·β + reduced·γ on the critical path.
 
-    Each function takes ``(p, n, params)``: world size, message size in bytes
-    (nccl-tests convention, docs/design.md, "Sizes and bandwidths") and the algorithm's parameters
-    (``chunks`` and any others). In the lockstep model of a schedule, with
+    Each function takes ``(p, n, params)``, positionally: world size, message size in bytes
+    (nccl-tests convention, docs/design.md, "Sizes and bandwidths") and the algorithm's parameters, a
+    dictionary with every declared parameter filled in (``params["chunks"]`` and any others), e.g.
+    ``bytes=lambda p, n, params: 2 * (p - 1) * n / p``; ``register`` refuses a function that cannot be
+    called so. In the lockstep model of a schedule, with
     one send and one receive port per rank:
 
     - ``steps``: the steps that move data between ranks (α each; a step of
@@ -108,6 +111,11 @@ class Algorithm:
     listed: bool = True
     """False for algorithms that ``get`` serves by name but ``algorithms()`` does not list (the
     topology-aware synthesizer: it has no closed-form cost, and building it costs a packing)."""
+
+    @property
+    def module(self) -> str:
+        """The module that registered it (the builder's ``__module__``): where to look when it misbehaves."""
+        return str(getattr(self.builder, "__module__", None) or "?")
 
     def unsupported(self, ranks: int, params: Mapping[str, int] | None = None) -> str | None:
         """Why this algorithm cannot serve ``ranks`` with ``params``, or None when it can."""
@@ -227,10 +235,41 @@ def register(
         key = (Kind(kind), name)
         if key in _REGISTRY:
             raise RegistryError(f"{kind}/{name} is registered twice")
+        if cost is not None:
+            _check_cost(f"{Kind(kind)}/{name}", str(getattr(builder, "__module__", None) or "?"), cost)
         _REGISTRY[key] = Algorithm(Kind(kind), name, builder, source, constraints, parameters, cost, check, listed)
         return builder
 
     return wrap
+
+
+COST_FIELDS = ("steps", "bytes", "reduced", "sent_per_rank")
+"""The functions of a ``Cost``, each called as ``f(p, n, params)``."""
+
+
+def _check_cost(algorithm: str, module: str, cost: Any) -> None:
+    """``RegistryError`` naming the algorithm and its module unless every function of ``cost`` can be called
+    with the three positional arguments ``(p, n, params)`` (``sent_per_rank`` may be None)."""
+    where = f"{algorithm} (registered in module {module})"
+    if not isinstance(cost, Cost):
+        raise RegistryError(f"{where}: cost must be an algorithms.registry.Cost, got {type(cost).__name__}")
+    for field_name in COST_FIELDS:
+        fn = getattr(cost, field_name)
+        if fn is None and field_name == "sent_per_rank":
+            continue
+        if not callable(fn):
+            raise RegistryError(f"{where}: Cost.{field_name} must be a function of (p, n, params), got {fn!r}")
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            continue  # a builtin without a signature: nothing to check
+        try:
+            signature.bind(2, 1.0, {})
+        except TypeError:
+            raise RegistryError(
+                f"{where}: Cost.{field_name} takes {signature} but is called with three positional arguments "
+                "(p, n, params): the world size, the message size in bytes and the parameter dictionary "
+                '(params["chunks"], ...), e.g. lambda p, n, params: 2 * (p - 1)') from None
 
 
 def import_modules(names: Iterable[str], *, where: str = "--import") -> None:
@@ -247,13 +286,24 @@ def import_modules(names: Iterable[str], *, where: str = "--import") -> None:
             continue
         try:
             importlib.import_module(name)
-        except CollschedError:
-            raise
+        except CollschedError as e:
+            raise _in_module(e, where, name, name) from None
         except ModuleNotFoundError as e:
             hint = _not_found_hint(name, where) if e.name == name.split(".")[0] else ""
             raise RegistryError(f"{where}: cannot import module {name!r}: {type(e).__name__}: {e}{hint}") from None
         except Exception as e:  # an ImportError, or whatever the module raised while running
             raise RegistryError(f"{where}: cannot import module {name!r}: {type(e).__name__}: {e}") from None
+
+
+def _in_module(error: CollschedError, where: str, what: str, module: str) -> CollschedError:
+    """``error``, raised while importing ``module``, with what imported it (``--import``, ``COLLSCHED_IMPORT``)
+    and the module in front, so that the command line's one-line error says where to look."""
+    text = str(error)
+    named = "" if f"module {module}" in text else f"module {what}: "
+    try:
+        return type(error)(f"{where}: {named}{text}")
+    except TypeError:  # an error class that takes other arguments
+        return RegistryError(f"{where}: {named}{text}")
 
 
 def _not_found_hint(name: str, where: str) -> str:
@@ -289,9 +339,9 @@ def _import_file(path: str, where: str) -> None:
     sys.modules[stem] = module  # as import does: once, and by name for whatever imports it next
     try:
         spec.loader.exec_module(module)
-    except CollschedError:
+    except CollschedError as e:
         del sys.modules[stem]
-        raise
+        raise _in_module(e, where, repr(path), stem) from None
     except Exception as e:
         del sys.modules[stem]
         raise RegistryError(f"{where}: cannot import {path!r}: {type(e).__name__}: {e}") from None

@@ -35,10 +35,10 @@ __all__ = ["bruck", "direct", "recursive_doubling", "ring"]
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "(p-1)α + (p-1)/p·nβ",
-        steps=lambda p, n, k: p - 1,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: p - 1,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def ring(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -72,10 +72,10 @@ def _rd_blocks(p: int) -> int:
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "(⌊log2 p⌋+2e)α + (P-1 + Σ_j min(2^j, r) + e(p+1))·n/pβ, P = 2^⌊log2 p⌋, r = p-P, e = [r > 0]",
-        steps=lambda p, n, k: log2floor(p) + 2 * (p != pow2floor(p)),
-        bytes=lambda p, n, k: (_rd_blocks(p) + (p != pow2floor(p))) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: _rd_blocks(p) * n / p,
+        steps=lambda p, n, params: log2floor(p) + 2 * (p != pow2floor(p)),
+        bytes=lambda p, n, params: (_rd_blocks(p) + (p != pow2floor(p))) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: _rd_blocks(p) * n / p,
     ),
 )
 def recursive_doubling(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -125,10 +125,10 @@ def recursive_doubling(ranks: int, *, chunks: int = 1) -> Schedule:
     source="Bruck et al. 1997",
     cost=Cost(
         "⌈log2 p⌉α + (p-1)/p·nβ",
-        steps=lambda p, n, k: log2ceil(p),
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: log2ceil(p),
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def bruck(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -164,10 +164,10 @@ def bruck(ranks: int, *, chunks: int = 1) -> Schedule:
     source="Chan et al. 2007",
     cost=Cost(
         "α + (p-1)/p·nβ",
-        steps=lambda p, n, k: 1 if p > 1 else 0,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: 1 if p > 1 else 0,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def direct(ranks: int, *, chunks: int = 1) -> Schedule:

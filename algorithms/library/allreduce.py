@@ -57,10 +57,10 @@ __all__ = [
     source="Patarasuk & Yuan 2009",
     cost=Cost(
         "2(p-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ",
-        steps=lambda p, n, k: 2 * (p - 1),
-        bytes=lambda p, n, k: 2 * (p - 1) * n / p,
-        reduced=lambda p, n, k: (p - 1) * n / p,
-        sent_per_rank=lambda p, n, k: 2 * (p - 1) * n / p,
+        steps=lambda p, n, params: 2 * (p - 1),
+        bytes=lambda p, n, params: 2 * (p - 1) * n / p,
+        reduced=lambda p, n, params: (p - 1) * n / p,
+        sent_per_rank=lambda p, n, params: 2 * (p - 1) * n / p,
     ),
 )
 def ring(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -118,10 +118,10 @@ def _fold_out(b: ScheduleBuilder, chunks: int) -> None:
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "(⌊log2 p⌋+2e)α + (⌊log2 p⌋+2e)·nβ + (⌊log2 p⌋+e)·nγ, e = [p not a power of 2]",
-        steps=lambda p, n, k: _fold(p)[0] + 2 * _fold(p)[1],
-        bytes=lambda p, n, k: (_fold(p)[0] + 2 * _fold(p)[1]) * n,
-        reduced=lambda p, n, k: (_fold(p)[0] + _fold(p)[1]) * n,
-        sent_per_rank=lambda p, n, k: (_fold(p)[0] + _fold(p)[1]) * n,
+        steps=lambda p, n, params: _fold(p)[0] + 2 * _fold(p)[1],
+        bytes=lambda p, n, params: (_fold(p)[0] + 2 * _fold(p)[1]) * n,
+        reduced=lambda p, n, params: (_fold(p)[0] + _fold(p)[1]) * n,
+        sent_per_rank=lambda p, n, params: (_fold(p)[0] + _fold(p)[1]) * n,
     ),
 )
 def recursive_doubling(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -154,10 +154,10 @@ def _rabenseifner_sent(p: int, n: float) -> float:
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "2(log2 P+e)α + (2(P-1)/P+2e)·nβ + ((P-1)/P+e)·nγ, P = 2^⌊log2 p⌋, e = [p ≠ P]",
-        steps=lambda p, n, k: 2 * sum(_fold(p)),
-        bytes=lambda p, n, k: _rabenseifner_sent(p, n) + _fold(p)[1] * n,
-        reduced=lambda p, n, k: (pow2floor(p) - 1) * n / pow2floor(p) + _fold(p)[1] * n,
-        sent_per_rank=lambda p, n, k: _rabenseifner_sent(p, n),
+        steps=lambda p, n, params: 2 * sum(_fold(p)),
+        bytes=lambda p, n, params: _rabenseifner_sent(p, n) + _fold(p)[1] * n,
+        reduced=lambda p, n, params: (pow2floor(p) - 1) * n / pow2floor(p) + _fold(p)[1] * n,
+        sent_per_rank=lambda p, n, params: _rabenseifner_sent(p, n),
     ),
 )
 def rabenseifner(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -200,10 +200,10 @@ def rabenseifner(ranks: int, *, chunks: int = 1) -> Schedule:
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "2⌈log2 p⌉(α + nβ) + ⌈log2 p⌉·nγ",
-        steps=lambda p, n, k: 2 * log2ceil(p),
-        bytes=lambda p, n, k: 2 * log2ceil(p) * n,
-        reduced=lambda p, n, k: log2ceil(p) * n,
-        sent_per_rank=lambda p, n, k: log2ceil(p) * n,
+        steps=lambda p, n, params: 2 * log2ceil(p),
+        bytes=lambda p, n, params: 2 * log2ceil(p) * n,
+        reduced=lambda p, n, params: log2ceil(p) * n,
+        sent_per_rank=lambda p, n, params: log2ceil(p) * n,
     ),
 )
 def binomial(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -286,10 +286,10 @@ def _dbt_sent(p: int, n: float) -> float:
     cost=Cost(
         "(2⌈log2 p⌉+k-1)α + ≤2(2⌈log2 p⌉+k-1)·n/kβ + ≤(⌈log2 p⌉+k-1)·n/kγ, k chunks per half "
         "(β, γ: bounds; a rank moves at most 4 half-chunks a step, reduces at most 2 a step while reducing)",
-        steps=lambda p, n, k: 2 * log2ceil(p) + k["chunks"] - 1 if p > 1 else 0,
-        bytes=lambda p, n, k: 2 * (2 * log2ceil(p) + k["chunks"] - 1) * n / k["chunks"] if p > 1 else 0,
-        reduced=lambda p, n, k: (log2ceil(p) + k["chunks"] - 1) * n / k["chunks"] if p > 1 else 0,
-        sent_per_rank=lambda p, n, k: _dbt_sent(p, n),
+        steps=lambda p, n, params: 2 * log2ceil(p) + params["chunks"] - 1 if p > 1 else 0,
+        bytes=lambda p, n, params: 2 * (2 * log2ceil(p) + params["chunks"] - 1) * n / params["chunks"] if p > 1 else 0,
+        reduced=lambda p, n, params: (log2ceil(p) + params["chunks"] - 1) * n / params["chunks"] if p > 1 else 0,
+        sent_per_rank=lambda p, n, params: _dbt_sent(p, n),
     ),
 )
 def double_binary_tree(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -330,10 +330,10 @@ def double_binary_tree(ranks: int, *, chunks: int = 1) -> Schedule:
     source="Chan et al. 2007",
     cost=Cost(
         "2α + 2(p-1)/p·nβ + (p-1)/p·nγ",
-        steps=lambda p, n, k: 2 if p > 1 else 0,
-        bytes=lambda p, n, k: 2 * (p - 1) * n / p,
-        reduced=lambda p, n, k: (p - 1) * n / p,
-        sent_per_rank=lambda p, n, k: 2 * (p - 1) * n / p,
+        steps=lambda p, n, params: 2 if p > 1 else 0,
+        bytes=lambda p, n, params: 2 * (p - 1) * n / p,
+        reduced=lambda p, n, params: (p - 1) * n / p,
+        sent_per_rank=lambda p, n, params: 2 * (p - 1) * n / p,
     ),
 )
 def direct(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -381,10 +381,11 @@ GROUP = Parameter("group", 4, "ranks per group (e.g. GPUs per node); ranks beyon
     cost=Cost(
         "(2(g-1)+2(q-1)+2e)α + (2(g-1)/g + 2(q-1)/(gq) + 2e)·nβ + ((g-1)/g + (q-1)/(gq) + e)·nγ, "
         "q = ⌊p/g⌋, e = [g ∤ p]",
-        steps=lambda p, n, k: _hier_steps(p, k["group"]),
-        bytes=lambda p, n, k: _hier_sent(p, n, k["group"]) + (n if _groups(p, k["group"])[2] else 0),
-        reduced=lambda p, n, k: _hier_sent(p, n, k["group"]) / 2 + (n if _groups(p, k["group"])[2] else 0) / 2,
-        sent_per_rank=lambda p, n, k: _hier_sent(p, n, k["group"]),
+        steps=lambda p, n, params: _hier_steps(p, params["group"]),
+        bytes=lambda p, n, params: _hier_sent(p, n, params["group"]) + (n if _groups(p, params["group"])[2] else 0),
+        reduced=lambda p, n, params: (_hier_sent(p, n, params["group"])
+                                      + (n if _groups(p, params["group"])[2] else 0)) / 2,
+        sent_per_rank=lambda p, n, params: _hier_sent(p, n, params["group"]),
     ),
 )
 def hierarchical(ranks: int, *, chunks: int = 1, group: int = 4) -> Schedule:

@@ -33,10 +33,10 @@ __all__ = ["bruck", "direct", "pairwise"]
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "(p-1)α + (p-1)/p·nβ",
-        steps=lambda p, n, k: p - 1,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: p - 1,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def pairwise(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -60,10 +60,10 @@ def pairwise(ranks: int, *, chunks: int = 1) -> Schedule:
     source="Bruck et al. 1997",
     cost=Cost(
         "⌈log2 p⌉α + Σ_{i<p} popcount(i)·n/pβ (≈ ⌈log2 p⌉/2·nβ)",
-        steps=lambda p, n, k: log2ceil(p),
-        bytes=lambda p, n, k: popcount_sum(p) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: popcount_sum(p) * n / p,
+        steps=lambda p, n, params: log2ceil(p),
+        bytes=lambda p, n, params: popcount_sum(p) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: popcount_sum(p) * n / p,
     ),
 )
 def bruck(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -101,10 +101,10 @@ def bruck(ranks: int, *, chunks: int = 1) -> Schedule:
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "α + (p-1)/p·nβ",
-        steps=lambda p, n, k: 1 if p > 1 else 0,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: 1 if p > 1 else 0,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def direct(ranks: int, *, chunks: int = 1) -> Schedule:

@@ -55,7 +55,7 @@ def collective_for(ranks: int, matrix: object, chunks: int) -> Collective:
     return Collective(Kind.ALLTOALLV, ranks, matrix=t)
 
 
-def _uniform(p: int, n: float, k: Mapping[str, int]) -> float:
+def _uniform(p: int, n: float, params: Mapping[str, int]) -> float:
     return (p - 1) * n / p
 
 
@@ -64,7 +64,7 @@ def _uniform(p: int, n: float, k: Mapping[str, int]) -> float:
     "direct",
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost("α + (p-1)/p·nβ (uniform matrix; else the busiest rank's sent or received bytes)",
-              steps=lambda p, n, k: 1 if p > 1 else 0, bytes=_uniform, reduced=lambda p, n, k: 0,
+              steps=lambda p, n, params: 1 if p > 1 else 0, bytes=_uniform, reduced=lambda p, n, params: 0,
               sent_per_rank=_uniform),
 )
 def direct(ranks: int, *, chunks: int = 1, matrix: object = None) -> Schedule:
@@ -85,8 +85,8 @@ def direct(ranks: int, *, chunks: int = 1, matrix: object = None) -> Schedule:
     Kind.ALLTOALLV,
     "pairwise",
     source="Thakur, Rabenseifner & Gropp 2005",
-    cost=Cost("(p-1)α + (p-1)/p·nβ (uniform matrix)", steps=lambda p, n, k: p - 1, bytes=_uniform,
-              reduced=lambda p, n, k: 0, sent_per_rank=_uniform),
+    cost=Cost("(p-1)α + (p-1)/p·nβ (uniform matrix)", steps=lambda p, n, params: p - 1, bytes=_uniform,
+              reduced=lambda p, n, params: 0, sent_per_rank=_uniform),
 )
 def pairwise(ranks: int, *, chunks: int = 1, matrix: object = None) -> Schedule:
     """Pairwise-exchange all-to-allv: at step s rank r sends its block for r+s+1 (Thakur et al. 2005).
@@ -115,8 +115,8 @@ def pairwise(ranks: int, *, chunks: int = 1, matrix: object = None) -> Schedule:
     "bruck",
     source="Bruck et al. 1997; Fan et al. 2022",
     cost=Cost("⌈log2 p⌉α + Σ_{i<p} popcount(i)·n/pβ (uniform matrix)",
-              steps=lambda p, n, k: log2ceil(p), bytes=lambda p, n, k: popcount_sum(p) * n / p,
-              reduced=lambda p, n, k: 0, sent_per_rank=lambda p, n, k: popcount_sum(p) * n / p),
+              steps=lambda p, n, params: log2ceil(p), bytes=lambda p, n, params: popcount_sum(p) * n / p,
+              reduced=lambda p, n, params: 0, sent_per_rank=lambda p, n, params: popcount_sum(p) * n / p),
 )
 def bruck(ranks: int, *, chunks: int = 1, matrix: object = None) -> Schedule:
     """Bruck's all-to-allv: ⌈log2 p⌉ rounds of one packed message per rank (Bruck et al. 1997; Fan et al. 2022).
@@ -213,8 +213,9 @@ def _check_via(p: int, params: Mapping[str, int | str]) -> str | None:
     check=_check_via,
     cost=Cost("dest: 2α + ((g-1)q + (q-1)g)·n/pβ; source: 3α + ((g-1) + (q-1)g + (q-1)(g-1))·n/pβ "
               "(uniform matrix, q = p/g nodes; a partial last node: per rank, see _hier_loads)",
-              steps=lambda p, n, k: _hier_cost(p, n, k)[0], bytes=lambda p, n, k: _hier_cost(p, n, k)[1],
-              reduced=lambda p, n, k: 0, sent_per_rank=lambda p, n, k: _hier_cost(p, n, k)[2]),
+              steps=lambda p, n, params: _hier_cost(p, n, params)[0],
+              bytes=lambda p, n, params: _hier_cost(p, n, params)[1],
+              reduced=lambda p, n, params: 0, sent_per_rank=lambda p, n, params: _hier_cost(p, n, params)[2]),
 )
 def hierarchical(ranks: int, *, chunks: int = 1, matrix: object = None, group: int = 8, via: str = "dest") -> Schedule:
     """Node-aware all-to-allv: gather onto the rail GPU in the node, one message per rail and node, scatter.

@@ -32,10 +32,10 @@ __all__ = ["central", "dissemination", "recursive_doubling"]
     parameters=(),
     cost=Cost(
         "⌈log2 p⌉(α + nβ), n the token size",
-        steps=lambda p, n, k: log2ceil(p),
-        bytes=lambda p, n, k: log2ceil(p) * n,
-        reduced=lambda p, n, k: log2ceil(p) * n,
-        sent_per_rank=lambda p, n, k: log2ceil(p) * n,
+        steps=lambda p, n, params: log2ceil(p),
+        bytes=lambda p, n, params: log2ceil(p) * n,
+        reduced=lambda p, n, params: log2ceil(p) * n,
+        sent_per_rank=lambda p, n, params: log2ceil(p) * n,
     ),
 )
 def dissemination(ranks: int) -> Schedule:
@@ -62,10 +62,10 @@ def _folded(p: int) -> int:
     parameters=(),
     cost=Cost(
         "(⌊log2 p⌋+2e)(α + nβ), e = [p not a power of 2], n the token size",
-        steps=lambda p, n, k: log2floor(p) + 2 * _folded(p),
-        bytes=lambda p, n, k: (log2floor(p) + 2 * _folded(p)) * n,
-        reduced=lambda p, n, k: (log2floor(p) + _folded(p)) * n,
-        sent_per_rank=lambda p, n, k: (log2floor(p) + _folded(p)) * n,
+        steps=lambda p, n, params: log2floor(p) + 2 * _folded(p),
+        bytes=lambda p, n, params: (log2floor(p) + 2 * _folded(p)) * n,
+        reduced=lambda p, n, params: (log2floor(p) + _folded(p)) * n,
+        sent_per_rank=lambda p, n, params: (log2floor(p) + _folded(p)) * n,
     ),
 )
 def recursive_doubling(ranks: int) -> Schedule:
@@ -95,10 +95,10 @@ def recursive_doubling(ranks: int) -> Schedule:
     parameters=(),
     cost=Cost(
         "2α + 2(p-1)·nβ (rank 0 takes p-1 tokens in, then sends p-1 out), n the token size",
-        steps=lambda p, n, k: 2 if p > 1 else 0,
-        bytes=lambda p, n, k: 2 * (p - 1) * n,
-        reduced=lambda p, n, k: (p - 1) * n,
-        sent_per_rank=lambda p, n, k: (p - 1) * n,
+        steps=lambda p, n, params: 2 if p > 1 else 0,
+        bytes=lambda p, n, params: 2 * (p - 1) * n,
+        reduced=lambda p, n, params: (p - 1) * n,
+        sent_per_rank=lambda p, n, params: (p - 1) * n,
     ),
 )
 def central(ranks: int) -> Schedule:

@@ -40,10 +40,10 @@ __all__ = ["binary_tree", "binomial", "chain", "linear", "scatter_allgather"]
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "⌈log2 p⌉(α + nβ)",
-        steps=lambda p, n, k: log2ceil(p),
-        bytes=lambda p, n, k: log2ceil(p) * n,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: log2ceil(p) * n,
+        steps=lambda p, n, params: log2ceil(p),
+        bytes=lambda p, n, params: log2ceil(p) * n,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: log2ceil(p) * n,
     ),
 )
 def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
@@ -67,10 +67,10 @@ def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
     source="Chan et al. 2007",
     cost=Cost(
         "α + (p-1)·nβ",
-        steps=lambda p, n, k: 1 if p > 1 else 0,
-        bytes=lambda p, n, k: (p - 1) * n,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n,
+        steps=lambda p, n, params: 1 if p > 1 else 0,
+        bytes=lambda p, n, params: (p - 1) * n,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n,
     ),
 )
 def linear(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
@@ -99,10 +99,10 @@ def _binary_bytes(p: int, n: float, k: int) -> float:
     source="Chan et al. 2007",
     cost=Cost(
         "(⌊log2 p⌋+k-1)α + (2(⌊log2 p⌋+k-1) - [p = 2^m ≥ 4])·n/kβ, k chunks",
-        steps=lambda p, n, k: log2floor(p) + k["chunks"] - 1 if p > 1 else 0,
-        bytes=lambda p, n, k: _binary_bytes(p, n, k["chunks"]),
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: min(p - 1, 2) * n,
+        steps=lambda p, n, params: log2floor(p) + params["chunks"] - 1 if p > 1 else 0,
+        bytes=lambda p, n, params: _binary_bytes(p, n, params["chunks"]),
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: min(p - 1, 2) * n,
     ),
 )
 def binary_tree(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
@@ -130,10 +130,10 @@ def binary_tree(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
     source="Chan et al. 2007",
     cost=Cost(
         "(p+k-2)α + (p+k-2)·n/kβ, k chunks",
-        steps=lambda p, n, k: p + k["chunks"] - 2 if p > 1 else 0,
-        bytes=lambda p, n, k: (p + k["chunks"] - 2) * n / k["chunks"] if p > 1 else 0,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: n if p > 1 else 0,
+        steps=lambda p, n, params: p + params["chunks"] - 2 if p > 1 else 0,
+        bytes=lambda p, n, params: (p + params["chunks"] - 2) * n / params["chunks"] if p > 1 else 0,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: n if p > 1 else 0,
     ),
 )
 def chain(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
@@ -153,10 +153,10 @@ def chain(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
     source="van de Geijn (Barnett et al. 1994); Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "(⌈log2 p⌉ + p-1)α + 2(p-1)/p·nβ",
-        steps=lambda p, n, k: log2ceil(p) + p - 1,
-        bytes=lambda p, n, k: 2 * (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: 2 * (p - 1) * n / p,
+        steps=lambda p, n, params: log2ceil(p) + p - 1,
+        bytes=lambda p, n, params: 2 * (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: 2 * (p - 1) * n / p,
     ),
 )
 def scatter_allgather(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:

@@ -30,10 +30,10 @@ __all__ = ["binomial", "linear"]
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "⌈log2 p⌉α + (p-1)/p·nβ; a rank sends at most max_j min(2^j, p-2^j)·n/p",
-        steps=lambda p, n, k: log2ceil(p),
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: largest_subtree(p) * n / p,
+        steps=lambda p, n, params: log2ceil(p),
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: largest_subtree(p) * n / p,
     ),
 )
 def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
@@ -70,10 +70,10 @@ def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
     source="Chan et al. 2007",
     cost=Cost(
         "α + (p-1)/p·nβ; a rank sends n/p",
-        steps=lambda p, n, k: 1 if p > 1 else 0,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: n / p if p > 1 else 0,
+        steps=lambda p, n, params: 1 if p > 1 else 0,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: n / p if p > 1 else 0,
     ),
 )
 def linear(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:

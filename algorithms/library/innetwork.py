@@ -59,9 +59,9 @@ def _nvls_bytes(p: int, n: float, k: int) -> float:
 @register(Kind.ALLREDUCE, "nvls", source="NCCL NVLS (multimem.ld_reduce + multimem.st through the NVSwitch)",
           parameters=(STAGES,), listed=False,
           cost=Cost("(k+1)α + (2p+(k-1)(p+1))·n/(pk)β, no rank reduces; each rank's link carries (p+1)n/p "
-                    "up and down", steps=lambda p, n, q: q["chunks"] + 1,
-                    bytes=lambda p, n, q: _nvls_bytes(p, n, q["chunks"]), reduced=lambda p, n, q: 0,
-                    sent_per_rank=lambda p, n, q: (p + 1) * n / p))
+                    "up and down", steps=lambda p, n, params: params["chunks"] + 1,
+                    bytes=lambda p, n, params: _nvls_bytes(p, n, params["chunks"]), reduced=lambda p, n, params: 0,
+                    sent_per_rank=lambda p, n, params: (p + 1) * n / p))
 def nvls(ranks: int, *, chunks: int = 64) -> Schedule:
     """NVLS all-reduce: per piece, an in-switch reduction to its owner, then the owner's multicast to all.
 
@@ -181,20 +181,20 @@ def _two_level_cost(name: str) -> Cost:
     def _m(q: int) -> int:
         return q if name == "sharp" else 1 if q <= 2 else 4
 
-    def steps(p: int, n: float, prm: Mapping[str, int]) -> float:
-        return prm["chunks"] + _two_level_shape(p, prm["group"], name)[3] + 1
+    def steps(p: int, n: float, params: Mapping[str, int]) -> float:
+        return params["chunks"] + _two_level_shape(p, params["group"], name)[3] + 1
 
-    def moved(p: int, n: float, prm: Mapping[str, int]) -> float:
-        g, q, w, mid, _ = _two_level_shape(p, prm["group"], name)
-        k, last = prm["chunks"], mid + 1
+    def moved(p: int, n: float, params: Mapping[str, int]) -> float:
+        g, q, w, mid, _ = _two_level_shape(p, params["group"], name)
+        k, last = params["chunks"], mid + 1
         return (_m(q) * k * mid + w * (g * (k + min(k, last)) + max(0, k - last))) * n / (g * k * w)
 
-    def reduced(p: int, n: float, prm: Mapping[str, int]) -> float:
-        g, q, w, _, hgt = _two_level_shape(p, prm["group"], name)
+    def reduced(p: int, n: float, params: Mapping[str, int]) -> float:
+        g, q, w, _, hgt = _two_level_shape(p, params["group"], name)
         return 0 if exact else (1 if q <= 2 else 4) * hgt * n / (g * w)
 
-    def sent(p: int, n: float, prm: Mapping[str, int]) -> float:
-        g, q, w, mid, _ = _two_level_shape(p, prm["group"], name)
+    def sent(p: int, n: float, params: Mapping[str, int]) -> float:
+        g, q, w, mid, _ = _two_level_shape(p, params["group"], name)
         middle = q * mid if exact else mid if q <= 2 else 6
         return (g * w + w + middle) * n / (g * w)
 
@@ -223,8 +223,9 @@ def sharp(ranks: int, *, chunks: int = 32, group: int = 8) -> Schedule:
 
 @register(Kind.BROADCAST, "multicast", source="switch multicast (NVLS multimem.st, InfiniBand multicast)",
           listed=False, cost=Cost("α + nβ: the root's k chunks go up once, every other rank takes them down",
-                                  steps=lambda p, n, q: 1 if p > 1 else 0, bytes=lambda p, n, q: n if p > 1 else 0,
-                                  reduced=lambda p, n, q: 0, sent_per_rank=lambda p, n, q: n if p > 1 else 0))
+                                  steps=lambda p, n, params: 1 if p > 1 else 0,
+                                  bytes=lambda p, n, params: n if p > 1 else 0,
+                                  reduced=lambda p, n, params: 0, sent_per_rank=lambda p, n, params: n if p > 1 else 0))
 def multicast_broadcast(ranks: int, *, chunks: int = 1, root: int | None = 0) -> Schedule:
     """Broadcast: every chunk of the root goes out through one multicasting switch to every other rank."""
     r = 0 if root is None else root
@@ -238,8 +239,9 @@ def multicast_broadcast(ranks: int, *, chunks: int = 1, root: int | None = 0) ->
 
 @register(Kind.ALLGATHER, "multicast", source="switch multicast (NVLS multimem.st, InfiniBand multicast)",
           listed=False, cost=Cost("α + nβ: each rank sends n/p up once and takes all n down",
-                                  steps=lambda p, n, q: 1, bytes=lambda p, n, q: n, reduced=lambda p, n, q: 0,
-                                  sent_per_rank=lambda p, n, q: n / p))
+                                  steps=lambda p, n, params: 1, bytes=lambda p, n, params: n,
+                                  reduced=lambda p, n, params: 0,
+                                  sent_per_rank=lambda p, n, params: n / p))
 def multicast_allgather(ranks: int, *, chunks: int = 1) -> Schedule:
     """All-gather: every rank multicasts each input chunk to its slot of every rank's output (its own too)."""
     p, k = ranks, chunks

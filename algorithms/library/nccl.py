@@ -124,10 +124,10 @@ def _rings(p: int, params: Mapping[str, Any]) -> np.ndarray:
     Kind.ALLREDUCE, "nccl_ring", source=RING_SOURCE, parameters=PARAMS, check=_check, constraints=CONSTRAINTS,
     cost=Cost(
         "2(p-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ (K rings, each n/K)",
-        steps=lambda p, n, k: 2 * (p - 1),
-        bytes=lambda p, n, k: 2 * (p - 1) * n / p,
-        reduced=lambda p, n, k: (p - 1) * n / p,
-        sent_per_rank=lambda p, n, k: 2 * (p - 1) * n / p,
+        steps=lambda p, n, params: 2 * (p - 1),
+        bytes=lambda p, n, params: 2 * (p - 1) * n / p,
+        reduced=lambda p, n, params: (p - 1) * n / p,
+        sent_per_rank=lambda p, n, params: 2 * (p - 1) * n / p,
     ),
 )
 def allreduce_ring(ranks: int, *, chunks: int = 1, group: int = 1, channels: int = 0) -> Schedule:
@@ -167,10 +167,10 @@ def allreduce_ring(ranks: int, *, chunks: int = 1, group: int = 1, channels: int
     Kind.ALLGATHER, "nccl_ring", source=RING_SOURCE, parameters=PARAMS, check=_check, constraints=CONSTRAINTS,
     cost=Cost(
         "(p-1)α + (p-1)/p·nβ (K rings, each n/K)",
-        steps=lambda p, n, k: p - 1,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: p - 1,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def allgather_ring(ranks: int, *, chunks: int = 1, group: int = 1, channels: int = 0) -> Schedule:
@@ -197,10 +197,10 @@ def allgather_ring(ranks: int, *, chunks: int = 1, group: int = 1, channels: int
     constraints=CONSTRAINTS,
     cost=Cost(
         "(p-1)α + (p-1)/p·nβ + (p-1)/p·nγ (K rings, each n/K)",
-        steps=lambda p, n, k: p - 1,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: (p - 1) * n / p,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: p - 1,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: (p - 1) * n / p,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def reducescatter_ring(ranks: int, *, chunks: int = 1, group: int = 1, channels: int = 0) -> Schedule:
@@ -240,10 +240,10 @@ def _chain_steps(p: int, params: Mapping[str, Any]) -> int:
     Kind.BROADCAST, "nccl_ring", source=RING_SOURCE, parameters=PARAMS, check=_check, constraints=CONSTRAINTS,
     cost=Cost(
         "(p+k-2)α + ≤(p+k-2)·n/kβ, k chunks per ring (β: exact when the rings' chains coincide, one node)",
-        steps=lambda p, n, k: _chain_steps(p, k),
-        bytes=lambda p, n, k: _chain_steps(p, k) * n / k["chunks"],
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: n if p > 1 else 0,
+        steps=lambda p, n, params: _chain_steps(p, params),
+        bytes=lambda p, n, params: _chain_steps(p, params) * n / params["chunks"],
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: n if p > 1 else 0,
     ),
 )
 def broadcast_ring(ranks: int, *, root: int = 0, chunks: int = 1, group: int = 1, channels: int = 0) -> Schedule:
@@ -265,10 +265,10 @@ def broadcast_ring(ranks: int, *, root: int = 0, chunks: int = 1, group: int = 1
     Kind.REDUCE, "nccl_ring", source=RING_SOURCE, parameters=PARAMS, check=_check, constraints=CONSTRAINTS,
     cost=Cost(
         "(p+k-2)(α + ≤n/k·β + ≤n/k·γ), k chunks per ring (β, γ: exact when the rings' chains coincide)",
-        steps=lambda p, n, k: _chain_steps(p, k),
-        bytes=lambda p, n, k: _chain_steps(p, k) * n / k["chunks"],
-        reduced=lambda p, n, k: _chain_steps(p, k) * n / k["chunks"],
-        sent_per_rank=lambda p, n, k: n if p > 1 else 0,
+        steps=lambda p, n, params: _chain_steps(p, params),
+        bytes=lambda p, n, params: _chain_steps(p, params) * n / params["chunks"],
+        reduced=lambda p, n, params: _chain_steps(p, params) * n / params["chunks"],
+        sent_per_rank=lambda p, n, params: n if p > 1 else 0,
     ),
 )
 def reduce_ring(ranks: int, *, root: int = 0, chunks: int = 1, group: int = 1, channels: int = 0) -> Schedule:
@@ -340,9 +340,9 @@ def _tree_sent(p: int, n: float, params: Mapping[str, Any]) -> float:
     cost=Cost(
         "(k+2H-1)α + ≤4(k+2H-1)·n/kβ + ≤3(k+2H-1)·n/kγ, H = G-1+⌈log2 N⌉, k chunks per tree, 2K trees "
         "(β, γ: bounds; a chain head has up to 3 children, NCCL_MAX_TREE_ARITY)",
-        steps=lambda p, n, k: _tree_steps(p, k),
-        bytes=lambda p, n, k: 4 * _tree_steps(p, k) * n / k["chunks"],
-        reduced=lambda p, n, k: 3 * _tree_steps(p, k) * n / k["chunks"],
+        steps=lambda p, n, params: _tree_steps(p, params),
+        bytes=lambda p, n, params: 4 * _tree_steps(p, params) * n / params["chunks"],
+        reduced=lambda p, n, params: 3 * _tree_steps(p, params) * n / params["chunks"],
         sent_per_rank=_tree_sent,
     ),
 )

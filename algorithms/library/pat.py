@@ -91,10 +91,10 @@ STEPS = "S = min(D-1, p-1) + #{j < log2 A: 2^j·D < p}, D = 2^⌈log2 p⌉/A"
 def _cost(reduces: bool) -> Cost:
     return Cost(
         f"S·α + (p-1)/p·nβ{' + (p-1)/p·nγ' if reduces else ''}, {STEPS}",
-        steps=lambda p, n, k: _steps(p, k),
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: (p - 1) * n / p if reduces else 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: _steps(p, params),
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: (p - 1) * n / p if reduces else 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     )
 
 

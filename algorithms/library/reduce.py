@@ -33,10 +33,10 @@ __all__ = ["binomial", "chain", "reducescatter_gather"]
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "⌈log2 p⌉(α + nβ + nγ)",
-        steps=lambda p, n, k: log2ceil(p),
-        bytes=lambda p, n, k: log2ceil(p) * n,
-        reduced=lambda p, n, k: log2ceil(p) * n,
-        sent_per_rank=lambda p, n, k: n if p > 1 else 0,
+        steps=lambda p, n, params: log2ceil(p),
+        bytes=lambda p, n, params: log2ceil(p) * n,
+        reduced=lambda p, n, params: log2ceil(p) * n,
+        sent_per_rank=lambda p, n, params: n if p > 1 else 0,
     ),
 )
 def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
@@ -59,10 +59,10 @@ def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
     source="Chan et al. 2007",
     cost=Cost(
         "(p+k-2)(α + n/k·β + n/k·γ), k chunks",
-        steps=lambda p, n, k: p + k["chunks"] - 2 if p > 1 else 0,
-        bytes=lambda p, n, k: (p + k["chunks"] - 2) * n / k["chunks"] if p > 1 else 0,
-        reduced=lambda p, n, k: (p + k["chunks"] - 2) * n / k["chunks"] if p > 1 else 0,
-        sent_per_rank=lambda p, n, k: n if p > 1 else 0,
+        steps=lambda p, n, params: p + params["chunks"] - 2 if p > 1 else 0,
+        bytes=lambda p, n, params: (p + params["chunks"] - 2) * n / params["chunks"] if p > 1 else 0,
+        reduced=lambda p, n, params: (p + params["chunks"] - 2) * n / params["chunks"] if p > 1 else 0,
+        sent_per_rank=lambda p, n, params: n if p > 1 else 0,
     ),
 )
 def chain(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
@@ -88,10 +88,10 @@ def _rsg_sent(p: int, n: float) -> float:
     source="Rabenseifner (Thakur, Rabenseifner & Gropp 2005)",
     cost=Cost(
         "(2log2 P+e)α + (2(P-1)/P + e)·nβ + ((P-1)/P + e)·nγ, P = 2^⌊log2 p⌋, e = [p ≠ P]",
-        steps=lambda p, n, k: 2 * log2floor(p) + (p != pow2floor(p)),
-        bytes=lambda p, n, k: 2 * (pow2floor(p) - 1) * n / pow2floor(p) + (p != pow2floor(p)) * n,
-        reduced=lambda p, n, k: (pow2floor(p) - 1) * n / pow2floor(p) + (p != pow2floor(p)) * n,
-        sent_per_rank=lambda p, n, k: _rsg_sent(p, n),
+        steps=lambda p, n, params: 2 * log2floor(p) + (p != pow2floor(p)),
+        bytes=lambda p, n, params: 2 * (pow2floor(p) - 1) * n / pow2floor(p) + (p != pow2floor(p)) * n,
+        reduced=lambda p, n, params: (pow2floor(p) - 1) * n / pow2floor(p) + (p != pow2floor(p)) * n,
+        sent_per_rank=lambda p, n, params: _rsg_sent(p, n),
     ),
 )
 def reducescatter_gather(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:

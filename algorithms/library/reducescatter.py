@@ -32,10 +32,10 @@ __all__ = ["direct", "recursive_halving", "ring"]
     source="Patarasuk & Yuan 2009",
     cost=Cost(
         "(p-1)α + (p-1)/p·nβ + (p-1)/p·nγ",
-        steps=lambda p, n, k: p - 1,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: (p - 1) * n / p,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: p - 1,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: (p - 1) * n / p,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def ring(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -81,10 +81,10 @@ def _folded(p: int) -> int:
     cost=Cost(
         "(⌊log2 p⌋+2e)α + (e·p + P-1 + Σ_j min(2^j, r) + e)·n/pβ + (e·p + P-1 + Σ_j min(2^j, r))·n/pγ, "
         "P = 2^⌊log2 p⌋, r = p-P, e = [r > 0]",
-        steps=lambda p, n, k: log2floor(p) + 2 * _folded(p),
-        bytes=lambda p, n, k: _folded(p) * n + (_halving_blocks(p) + _folded(p)) * n / p,
-        reduced=lambda p, n, k: _folded(p) * n + _halving_blocks(p) * n / p,
-        sent_per_rank=lambda p, n, k: n if _folded(p) else (p - 1) * n / p,
+        steps=lambda p, n, params: log2floor(p) + 2 * _folded(p),
+        bytes=lambda p, n, params: _folded(p) * n + (_halving_blocks(p) + _folded(p)) * n / p,
+        reduced=lambda p, n, params: _folded(p) * n + _halving_blocks(p) * n / p,
+        sent_per_rank=lambda p, n, params: n if _folded(p) else (p - 1) * n / p,
     ),
 )
 def recursive_halving(ranks: int, *, chunks: int = 1) -> Schedule:
@@ -124,10 +124,10 @@ def recursive_halving(ranks: int, *, chunks: int = 1) -> Schedule:
     source="Chan et al. 2007",
     cost=Cost(
         "α + (p-1)/p·nβ + (p-1)/p·nγ",
-        steps=lambda p, n, k: 1 if p > 1 else 0,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: (p - 1) * n / p,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: 1 if p > 1 else 0,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: (p - 1) * n / p,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def direct(ranks: int, *, chunks: int = 1) -> Schedule:

@@ -52,10 +52,10 @@ def subtree_slot(p: int, root: int, k: int, holder: int, piece: int, *, wide: Bu
     source="Thakur, Rabenseifner & Gropp 2005",
     cost=Cost(
         "⌈log2 p⌉α + (p-1)/p·nβ",
-        steps=lambda p, n, k: log2ceil(p),
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: log2ceil(p),
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
@@ -92,10 +92,10 @@ def binomial(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:
     source="Chan et al. 2007",
     cost=Cost(
         "α + (p-1)/p·nβ",
-        steps=lambda p, n, k: 1 if p > 1 else 0,
-        bytes=lambda p, n, k: (p - 1) * n / p,
-        reduced=lambda p, n, k: 0,
-        sent_per_rank=lambda p, n, k: (p - 1) * n / p,
+        steps=lambda p, n, params: 1 if p > 1 else 0,
+        bytes=lambda p, n, params: (p - 1) * n / p,
+        reduced=lambda p, n, params: 0,
+        sent_per_rank=lambda p, n, params: (p - 1) * n / p,
     ),
 )
 def linear(ranks: int, *, root: int = 0, chunks: int = 1) -> Schedule:

@@ -63,10 +63,10 @@ def _cost(what: str) -> Cost:
 
     return Cost(
         "2(log2 P+e)α + (2(P-1)/P+2e)·nβ + ((P-1)/P+e)·nγ, P = 2^⌊log2 p⌋, e = [p ≠ P]" + what,
-        steps=lambda p, n, k: 2 * (log2floor(p) + _e(p)),
-        bytes=lambda p, n, k: (2 * (big(p) - 1) / big(p) + 2 * _e(p)) * n,
-        reduced=lambda p, n, k: ((big(p) - 1) / big(p) + _e(p)) * n,
-        sent_per_rank=lambda p, n, k: (2 * (big(p) - 1) / big(p) + _e(p)) * n,
+        steps=lambda p, n, params: 2 * (log2floor(p) + _e(p)),
+        bytes=lambda p, n, params: (2 * (big(p) - 1) / big(p) + 2 * _e(p)) * n,
+        reduced=lambda p, n, params: ((big(p) - 1) / big(p) + _e(p)) * n,
+        sent_per_rank=lambda p, n, params: (2 * (big(p) - 1) / big(p) + _e(p)) * n,
     )
 
 

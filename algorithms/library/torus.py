@@ -49,10 +49,10 @@ def _steps(p: int, dims: str) -> int:
     cost=Cost(
         "2Σ_d(q_d-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ, q_d the torus sizes "
         "(β summed over all ports: with 2D parts on a square torus, time ÷ 2D)",
-        steps=lambda p, n, k: _steps(p, str(k["dims"])),
-        bytes=lambda p, n, k: 2 * (p - 1) / p * n,
-        reduced=lambda p, n, k: (p - 1) / p * n,
-        sent_per_rank=lambda p, n, k: 2 * (p - 1) / p * n,
+        steps=lambda p, n, params: _steps(p, str(params["dims"])),
+        bytes=lambda p, n, params: 2 * (p - 1) / p * n,
+        reduced=lambda p, n, params: (p - 1) / p * n,
+        sent_per_rank=lambda p, n, params: 2 * (p - 1) / p * n,
     ),
 )
 def torus_bucket(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) -> Schedule:

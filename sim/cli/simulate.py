@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from algorithms import registry
-from algorithms.errors import UsageError
+from algorithms.errors import RegistryError, UsageError
 from algorithms.ir import Kind, Schedule
 from sim.cli.common import (
     BOUND_AUTO_RANKS,
@@ -142,8 +142,11 @@ def _closed_form_line(schedule: Schedule, result: Any, opts: dict[str, Any], arg
     params = dict(args.param)
     if args.chunks is not None:
         params["chunks"] = args.chunks
-    pred = predict(alg.kind, alg.name, result.topology.ranks, result.size, alpha=route + overhead, beta=beta,
-                   gamma=gamma, launch=launch, params=params)
+    try:
+        pred = predict(alg.kind, alg.name, result.topology.ranks, result.size, alpha=route + overhead, beta=beta,
+                       gamma=gamma, launch=launch, params=params)
+    except RegistryError as e:  # the algorithm's Cost raises (a user's module): say so, the simulation stands
+        return f"  closed form none: {e}"
     alpha = f"α={route + overhead:.3g} s" + (f" (route 0->1 {route:.3g} s + overhead {overhead:.3g} s)"
                                              if overhead else " (route 0->1)")
     terms = [alpha, f"β=1/{1 / beta:.4g} B/s (route 0->1)", f"γ=1/{reduce_bw:.4g} B/s" if gamma else "γ=0 (free)"]

@@ -86,6 +86,7 @@ def _in_network(args: argparse.Namespace, topo: Any) -> list[tuple[str, Schedule
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.cli.runtime import run_schedule
+    from sim.engine.closed_form import cost_failure
     from sim.engine.trace import plot_sweep
     from sim.progress import bar
 
@@ -96,6 +97,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     p = topo.ranks
     wanted = None if args.algorithms is None else [a.strip() for a in args.algorithms.split(",") if a.strip()]
     schedules: list[tuple[str, Schedule]] = []
+    warnings: list[str] = []
     files = _file_schedules(args.files, Kind(args.collective), p)
     candidates = [registry.get(args.collective, a) for a in wanted] if wanted else list(
         registry.algorithms(args.collective))
@@ -113,6 +115,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         matrix = matrix_from_args(args, args.collective, p)
         s = alg.build(p, root=args.root, **params) if matrix is None else alg.build(p, matrix=matrix, **params)
         schedules.append((s.name, s))
+        failure = cost_failure(alg, p, max(sizes), alg.resolve(params))
+        if failure is not None:  # reported, not skipped: the simulation does not need the closed form
+            warnings.append(f"{failure}; simulated all the same")
     if not wanted:
         schedules += _in_network(args, topo)
     schedules += files
@@ -160,8 +165,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"collective": args.collective, "topology": topo.name, "ranks": p, "mode": args.mode,
                           "algorithms": names, "results": rows,
-                          "best": [{"size": s, "algorithm": best[s]} for s in sizes], "ok": all_ok}))
+                          "best": [{"size": s, "algorithm": best[s]} for s in sizes], "ok": all_ok,
+                          "warnings": warnings}))
     else:
+        for w in warnings:
+            print(f"collsched sweep: warning: {w}", file=sys.stderr)
         _print_sweep(rows, sizes, names, best, args.collective, topo.describe())
     return 0 if all_ok else 1
 

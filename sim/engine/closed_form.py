@@ -21,7 +21,7 @@ from algorithms.errors import RegistryError
 from algorithms.ir import Kind
 from sim.topology import Topology
 
-__all__ = ["Prediction", "compare", "predict", "predict_all", "relative_error", "route_alpha_beta"]
+__all__ = ["Prediction", "compare", "cost_failure", "predict", "predict_all", "relative_error", "route_alpha_beta"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def predict(kind: Kind | str, algorithm: str, p: int, n: float, *, alpha: float,
     both) and γ = 1 / ``reduce_bandwidth``; ``message_cpu`` has no closed form here.
 
     Raises ``RegistryError`` when the algorithm is unknown, cannot serve p,
-    or has no registered cost.
+    has no registered cost, or its cost raises (``cost_failure``).
     """
     alg = registry.get(kind, algorithm)
     refusal = alg.refusal(p, params)
@@ -58,10 +58,32 @@ def predict(kind: Kind | str, algorithm: str, p: int, n: float, *, alpha: float,
         raise RegistryError(f"{alg.kind}/{alg.name} has no closed-form cost")
     resolved = alg.resolve(params or {})
     c = alg.cost
+    failure = cost_failure(alg, p, n, resolved)
+    if failure is not None:
+        raise RegistryError(failure)
     steps, nbytes, reduced = c.steps(p, n, resolved), c.bytes(p, n, resolved), c.reduced(p, n, resolved)
     return Prediction(alg.kind, alg.name, p, n, steps, nbytes, reduced,
                       launch + steps * alpha + nbytes * beta + reduced * gamma,
                       c.formula + (" + launch" if launch else ""))
+
+
+def cost_failure(alg: registry.Algorithm, p: int, n: float, params: Mapping[str, int | str]) -> str | None:
+    """Why ``alg``'s ``Cost`` cannot be evaluated at (p, n, params), naming the algorithm, its module and the
+    function, or None when each function returns a finite number. ``params``: resolved (defaults filled in)."""
+    if alg.cost is None:
+        return None
+    where = f"{alg.kind}/{alg.name} (registered in module {alg.module})"
+    for name in registry.COST_FIELDS:
+        fn = getattr(alg.cost, name)
+        if fn is None:
+            continue
+        try:
+            value = float(fn(p, n, params))
+        except Exception as e:  # the user's own function: whatever it raises is reported, not a traceback
+            return f"{where}: its Cost.{name} raises {type(e).__name__}: {e} (at p={p}, n={n:g})"
+        if not math.isfinite(value):
+            return f"{where}: its Cost.{name} returns {value} (at p={p}, n={n:g})"
+    return None
 
 
 def predict_all(kind: Kind | str, p: int, n: float, *, alpha: float, beta: float,

@@ -279,3 +279,115 @@ def test_a_module_name_not_found_says_the_directory_is_not_searched(fresh_regist
 def test_a_missing_file_is_named(fresh_registry: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _main(capsys, *VERIFY_USER_RING, "--import", "./nope.py")
     assert code == 2 and err == "collsched verify: error: --import: cannot import './nope.py': no such file\n"
+
+
+# -- a user's Cost: a wrong signature is refused at register, one that raises is reported -------------------------
+
+_USER_RING_BODY = '''
+def {fn}(ranks: int, *, chunks: int = 1):
+    p = ranks
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, p), "{name}")
+    for s in range(p - 1):
+        with b.step():
+            for r in range(p):
+                b.reduce(r, (r + 1) % p, (r - s) % p)
+    for s in range(p - 1):
+        with b.step():
+            for r in range(p):
+                b.copy(r, (r + 1) % p, (r + 1 - s) % p)
+    return b.build()
+'''
+
+# The README's old spelling, with the third argument left out: two arguments where Cost passes three.
+BAD_COST_ALGOS = '''
+from algorithms import Collective, Kind, ScheduleBuilder
+from algorithms.registry import Cost, register
+
+@register(Kind.ALLREDUCE, "bad-cost-ring", source="a user's module",
+          cost=Cost("2(p-1)α + 2(p-1)/p·nβ", steps=lambda p, n: 2 * (p - 1), bytes=lambda p, n: 2 * (p - 1) * n / p,
+                    reduced=lambda p, n: (p - 1) * n / p))
+''' + _USER_RING_BODY.format(fn="bad_cost_ring", name="bad-cost-ring")
+
+# A Cost of the right shape whose bytes raise when evaluated (the parameters have no "k").
+RAISING_COST_ALGOS = '''
+from algorithms import Collective, Kind, ScheduleBuilder
+from algorithms.registry import Cost, register
+
+@register(Kind.ALLREDUCE, "raising-cost-ring", source="a user's module",
+          cost=Cost("2(p-1)α + 2(p-1)/p·nβ", steps=lambda p, n, params: 2 * (p - 1),
+                    bytes=lambda p, n, params: 2 * (p - 1) * n / (p * params["k"]),
+                    reduced=lambda p, n, params: (p - 1) * n / p))
+''' + _USER_RING_BODY.format(fn="raising_cost_ring", name="raising-cost-ring")
+
+
+def _bad_cost_error(err: str, module: str) -> None:
+    assert "Traceback" not in err
+    assert f"module {module}" in err and "allreduce/bad-cost-ring" in err
+    assert "Cost.steps" in err and "(p, n, params)" in err
+
+
+def test_a_bad_cost_in_an_imported_module_is_exit_2_naming_module_and_algorithm(
+        fresh_registry: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (fresh_registry / "bad_cost_algos.py").write_text(BAD_COST_ALGOS)
+    code, out, err = _main(capsys, "verify", "-c", "allreduce", "-a", "ring", "-p", "4", "--import",
+                           "./bad_cost_algos.py")
+    assert code == 2 and out == ""
+    _bad_cost_error(err, "bad_cost_algos")
+    assert err.startswith("collsched verify: error: --import: ")
+    code, out, _ = _main(capsys, "verify", "-c", "allreduce", "-a", "ring", "-p", "4", "--import",
+                         "./bad_cost_algos.py", "--json")
+    assert code == 2 and "module bad_cost_algos" in json.loads(out)["error"]
+
+
+def test_a_bad_cost_through_collsched_import_is_exit_2_naming_it(fresh_registry: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from algorithms import registry
+
+    (fresh_registry / "bad_cost_algos.py").write_text(BAD_COST_ALGOS)
+    monkeypatch.setenv("COLLSCHED_IMPORT", "./bad_cost_algos.py")
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    code, _, err = _main(capsys, "list")
+    assert code == 2
+    _bad_cost_error(err, "bad_cost_algos")
+    assert "COLLSCHED_IMPORT" in err
+
+
+def test_a_bad_cost_through_an_entry_point_is_exit_2_naming_it(fresh_registry: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path_factory: pytest.TempPathFactory,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from algorithms import registry
+
+    site = tmp_path_factory.mktemp("site")
+    (site / "bad_cost_algos.py").write_text(BAD_COST_ALGOS)
+    _dist_info(site, "bad_cost_algos")
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    code, _, err = _main(capsys, "list")
+    assert code == 2
+    _bad_cost_error(err, "bad_cost_algos")
+    assert "entry point user = bad_cost_algos (group collsched.algorithms)" in err
+
+
+def test_a_cost_that_raises_is_reported_by_simulate_and_sweep(fresh_registry: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    (fresh_registry / "raising_cost_algos.py").write_text(RAISING_COST_ALGOS)
+    imp = ("--import", "./raising_cost_algos.py")
+    code, out, err = _main(capsys, "simulate", "-c", "allreduce", "-a", "raising-cost-ring", "-t", "uring:4",
+                           "-s", "1MiB", "--no-progress", "--bound", "no", *imp)
+    assert "Traceback" not in err and code == 0, err
+    line = next(x for x in out.splitlines() if x.lstrip().startswith("closed form"))
+    assert "allreduce/raising-cost-ring" in line and "module raising_cost_algos" in line
+    assert "Cost.bytes raises KeyError: 'k'" in line
+    assert "postcondition OK" in out  # the simulation itself stands
+
+    code, out, err = _main(capsys, "sweep", "-c", "allreduce", "-t", "uring:4", "--sizes", "1KiB",
+                           "--algorithms", "raising-cost-ring,ring", "--bound", "no", "--no-progress", *imp)
+    assert code == 0, err
+    assert "raising-cost-ring" in out.splitlines()[1]  # simulated, not skipped
+    assert "allreduce/raising-cost-ring" in err and "module raising_cost_algos" in err
+    assert "Cost.bytes raises KeyError: 'k'" in err
+    code, out, err = _main(capsys, "sweep", "-c", "allreduce", "-t", "uring:4", "--sizes", "1KiB", "--bound", "no",
+                           "--no-progress", "--json", *imp)
+    doc = json.loads(out)
+    assert code == 0 and "raising-cost-ring" in doc["algorithms"]
+    assert any("allreduce/raising-cost-ring" in w and "KeyError" in w for w in doc["warnings"])
