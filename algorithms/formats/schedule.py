@@ -18,6 +18,7 @@ from typing import Any
 
 import jsonschema
 
+from algorithms.disk import read_capped, write_output
 from algorithms.errors import ScheduleError
 from algorithms.ir import Buf, Collective, Endpoint, Kind, Op, Schedule, Step, SwitchOp, SwitchOpKind, Transfer
 
@@ -215,15 +216,7 @@ def loads(text: str | bytes) -> Schedule:
 def read_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
     """A schedule file's bytes (at most ``limit``, default ``MAX_FILE_BYTES``); ``ScheduleError`` naming the
     file when it is too large or unreadable."""
-    p = Path(path)
-    limit = MAX_FILE_BYTES if limit is None else limit
-    try:
-        size = p.stat().st_size
-        if size > limit:
-            raise ScheduleError(f"{p}: {size} bytes, over the limit of {limit}")
-        return p.read_bytes()
-    except OSError as e:
-        raise ScheduleError(f"{p}: cannot read: {e.strerror or e}") from None
+    return read_capped(path, MAX_FILE_BYTES if limit is None else limit, error=ScheduleError)
 
 
 def load(path: str | os.PathLike[str]) -> Schedule:
@@ -241,8 +234,6 @@ def is_xml_path(path: str | os.PathLike[str]) -> bool:
 
 
 def save(schedule: Schedule, path: str | os.PathLike[str]) -> None:
-    """Write the schedule as ``collsched.schedule/1`` JSON, atomically (a temporary file, then a rename)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(dumps(schedule))
-    os.replace(tmp, p)
+    """Write the schedule as ``collsched.schedule/1`` JSON (``algorithms.disk.write_output``: atomically, and
+    only a regular file is replaced; ``-`` is standard output)."""
+    write_output(path, dumps(schedule), ScheduleError)

@@ -62,10 +62,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algorithms import registry
+from algorithms.disk import write_output
 from algorithms.errors import CollschedError
 from algorithms.ir import Kind
 from sim import units
@@ -485,10 +485,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     parse_tuning(doc, where="tune")  # what we write must load
     text = json.dumps(doc, indent=1) + "\n"
     if args.output:
-        try:
-            Path(args.output).write_text(text)
-        except OSError as e:
-            raise CalibrationError(f"-o {args.output}: cannot write: {e.strerror or e}") from None
+        write_output(args.output, text, CalibrationError)
     if args.json:
         print(json.dumps({"ok": True, "output": args.output, "tuning": doc}))
     elif args.output:

@@ -12,11 +12,15 @@ the number of flows it carried.
 from __future__ import annotations
 
 import heapq
+import io
 import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from algorithms.disk import write_output
+from algorithms.errors import CollschedError
 from sim.engine.reference import SimResult
 
 __all__ = ["chrome_trace", "plot_sweep", "plot_timeline", "write_trace"]
@@ -136,9 +140,16 @@ def _busy_periods(intervals: list[tuple[float, float]]) -> list[tuple[float, flo
 
 
 def write_trace(result: SimResult, path: str | os.PathLike[str]) -> None:
-    """Write ``chrome_trace(result)`` as JSON to ``path``."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(chrome_trace(result), f, separators=(",", ":"))
+    """Write ``chrome_trace(result)`` as JSON to ``path`` (``algorithms.disk.write_output``)."""
+    write_output(path, json.dumps(chrome_trace(result), separators=(",", ":")), CollschedError)
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], **options: Any) -> None:
+    """Save a matplotlib figure to ``path`` in the format its name ends in (PNG when none), through
+    ``algorithms.disk.write_output``: only a regular file is replaced."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".").lower() or "png", **options)
+    write_output(path, buf.getvalue(), CollschedError)
 
 
 def plot_timeline(result: SimResult, path: str | os.PathLike[str], *, max_ranks: int = 32) -> None:
@@ -193,8 +204,10 @@ def plot_timeline(result: SimResult, path: str | os.PathLike[str], *, max_ranks:
                          if any(kind == k for _r, kind in bars))],
               loc="upper right", fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def plot_sweep(rows: Sequence[tuple[str, float, float]], path: str | os.PathLike[str], *, title: str = "") -> None:
@@ -220,5 +233,7 @@ def plot_sweep(rows: Sequence[tuple[str, float, float]], path: str | os.PathLike
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)

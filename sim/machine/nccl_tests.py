@@ -24,12 +24,14 @@ first field a whole number) but does not read as one is an error naming the file
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
+from algorithms.disk import read_capped
 from algorithms.errors import CollschedError
 
 __all__ = ["COLLECTIVES", "NcclTestsError", "NcclTestsRow", "NcclTestsTable", "Timing", "load", "parse", "parse_all",
@@ -42,6 +44,8 @@ COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_sca
 ``Kind`` values where one exists; ``sendrecv`` and ``hypercube`` have none)."""
 
 _NAMES = set(COLLECTIVES.values())
+# The largest log read: a whole nccl-tests run of every size on thousands of ranks is a few MB.
+MAX_LOG_BYTES = 64 * 1024 * 1024
 _TAG = re.compile(r"^\s*\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:")
 _RANK = re.compile(r"Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)$")
 _START = re.compile(r"^\s*(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:)?\s*#?\s*Collective test starting:", re.M)
@@ -281,21 +285,19 @@ def _canonical(name: str) -> str | None:
     return COLLECTIVES.get(stem) or (stem if stem in _NAMES else None)
 
 
-def _text(path: str | Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise NcclTestsError(f"{path}: cannot read: {e.strerror or e}") from None
+def read_text(path: str | os.PathLike[str]) -> str:
+    """The text of an nccl-tests log, at most ``MAX_LOG_BYTES``; ``NcclTestsError`` naming the file otherwise."""
+    return read_capped(path, MAX_LOG_BYTES, "nccl-tests log ", NcclTestsError).decode("utf-8", errors="replace")
 
 
 def read(path: str | Path, *, collective: str | None = None) -> NcclTestsTable:
     """The table in the nccl-tests log at ``path`` (``parse``)."""
-    return parse(_text(path), source=str(path), collective=collective)
+    return parse(read_text(path), source=str(path), collective=collective)
 
 
 def read_all(path: str | Path) -> list[NcclTestsTable]:
     """Every run in the nccl-tests log at ``path`` (``parse_all``)."""
-    return parse_all(_text(path), source=str(path))
+    return parse_all(read_text(path), source=str(path))
 
 
 _TSV_HEADER = ["size_bytes", "time_us", "algbw_GBps", "busbw_GBps"]
@@ -311,7 +313,7 @@ def read_published(path: str | Path) -> NcclTestsTable:
     meta: dict[str, str] = {}
     rows: list[NcclTestsRow] = []
     header_seen = False
-    for number, raw in enumerate(_text(path).splitlines(), 1):
+    for number, raw in enumerate(read_text(path).splitlines(), 1):
         if not raw.strip():
             continue
         if raw.startswith("#"):

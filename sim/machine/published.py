@@ -113,7 +113,7 @@ def from_nccl_tests(path: str | Path) -> Table:
     header["collective"] = str(t.collective)
     # A forced algorithm shows in the log as NCCL prints it with NCCL_DEBUG=INFO ("NCCL INFO NCCL_ALGO set by
     # environment to Ring") or as the variable itself (a launcher echoing NCCL_ALGO=Ring).
-    m = re.search(r"NCCL_ALGO(?:=| set by environment to )\s*(\w+)", Path(path).read_text(errors="replace"))
+    m = re.search(r"NCCL_ALGO(?:=| set by environment to )\s*(\w+)", nccl_tests.read_text(path))
     if m:
         header["nccl_algo"] = f"NCCL_ALGO={m.group(1)}"
     return Table(Path(path), header, rows)

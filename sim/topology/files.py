@@ -15,6 +15,7 @@ from typing import Any
 
 import networkx as nx
 
+from algorithms.disk import read_capped, write_output
 from sim.topology.graph import Node, Topology, TopologyError, _link_name
 
 __all__ = ["FORMAT", "MAX_FILE_BYTES", "as_file", "dumps", "from_dict", "load", "loads", "read_text", "save",
@@ -168,28 +169,18 @@ def _is_graphml(path: str | os.PathLike[str]) -> bool:
 
 
 def read_text(path: str | os.PathLike[str], what: str = "", *, limit: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of a topology, machine or placement file; TopologyError naming the file otherwise."""
+    """The UTF-8 text of a topology, machine or placement file (at most ``limit`` bytes, whatever size the file
+    reports); TopologyError naming the file otherwise."""
     try:
-        size = os.path.getsize(path)
-        if size > limit:
-            raise TopologyError(f"{path}: file of {size} bytes exceeds the {limit}-byte limit")
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise TopologyError(f"cannot read {what}{path}: {e.strerror or e}") from None
+        return read_capped(path, limit, what, TopologyError).decode("utf-8")
     except UnicodeDecodeError:
-        raise TopologyError(f"{path}: not UTF-8 text") from None
+        raise TopologyError(f"{what}{path}: not UTF-8 text") from None
 
 
 def load(path: str | os.PathLike[str]) -> Topology:
     """Load a topology file: GraphML when the name ends in .graphml, else collsched.topology/1 JSON."""
     if _is_graphml(path):
-        try:
-            size = os.path.getsize(path)
-            if size > MAX_FILE_BYTES:
-                raise TopologyError(f"{path}: file of {size} bytes exceeds the {MAX_FILE_BYTES}-byte limit")
-            return _load_graphml(path)
-        except OSError as e:
-            raise TopologyError(f"cannot read {path}: {e.strerror or e}") from None
+        return _load_graphml(path, read_capped(path, MAX_FILE_BYTES, "topology file ", TopologyError))
     text = read_text(path)
     try:
         return loads(text)
@@ -225,14 +216,14 @@ def save(topology: Topology, path: str | os.PathLike[str]) -> None:
             g.nodes[n]["kind"] = "rank" if isinstance(n, int) else "switch"
         if caps:
             g.graph["switch_caps"] = json.dumps(caps)
-        nx.write_graphml(g, path)
+        write_output(path, "\n".join(nx.generate_graphml(g)) + "\n", TopologyError)
     else:
-        Path(path).write_text(dumps(topology), encoding="utf-8")
+        write_output(path, dumps(topology), TopologyError)
 
 
-def _load_graphml(path: str | os.PathLike[str]) -> Topology:
+def _load_graphml(path: str | os.PathLike[str], data: bytes) -> Topology:
     try:
-        raw = nx.read_graphml(path)
+        raw = nx.parse_graphml(data)
     except Exception as e:  # networkx and ElementTree raise several unrelated types on bad XML
         raise TopologyError(f"{path}: not a GraphML topology ({e})") from None
     if not isinstance(raw, nx.DiGraph) or raw.is_multigraph():

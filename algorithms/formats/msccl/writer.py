@@ -14,10 +14,10 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from algorithms.disk import write_output
 from algorithms.errors import ScheduleError
 from algorithms.formats.msccl.execution import slot_key
 from algorithms.formats.msccl.program import MAX_CHANNELS, MAX_CNT, MAX_TBS_PER_CHANNEL, PROTO_SLOTS
@@ -492,12 +492,5 @@ def _alltoallv_as_alltoall(schedule: Schedule) -> Schedule:
 
 
 def save_msccl(schedule: Schedule, path: str | os.PathLike[str], **options: Any) -> None:
-    """Write ``dumps_msccl(schedule, **options)`` to ``path`` (atomically: a temporary file renamed into place)."""
-    text = dumps_msccl(schedule, **options)
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, target)
-    except OSError as e:
-        raise ScheduleError(f"{target}: cannot write: {e.strerror or e}") from None
+    """Write ``dumps_msccl(schedule, **options)`` to ``path`` (``algorithms.disk.write_output``)."""
+    write_output(path, dumps_msccl(schedule, **options), ScheduleError)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
+from algorithms.disk import write_output
 from algorithms.errors import ScheduleError
 from algorithms.formats.mscclpp.plan import BUF_CODE
 from algorithms.formats.mscclpp.staging import fuse_reduce_multicast, group_of, receive_across_nodes, stage_reads
@@ -249,5 +249,5 @@ def dumps_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: i
 
 def save_plan(schedule: Schedule, path: str | os.PathLike[str], *, name: str | None = None,
               ranks_per_node: int | None = None) -> None:
-    """Write the plan of ``schedule`` to ``path`` (see ``to_plan``)."""
-    Path(path).write_text(dumps_plan(schedule, name=name, ranks_per_node=ranks_per_node))
+    """Write the plan of ``schedule`` to ``path`` (see ``to_plan``; ``algorithms.disk.write_output``)."""
+    write_output(path, dumps_plan(schedule, name=name, ranks_per_node=ranks_per_node), ScheduleError)

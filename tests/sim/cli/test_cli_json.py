@@ -82,8 +82,8 @@ def test_demo_json_without_the_run(capsys: pytest.CaptureFixture[str], tmp_path:
     (["bound", "--json", "-c", "allgather", "-t", "nosuch:4", "--size", "1MiB"], "unknown topology 'nosuch:4'"),
     (["synthesize", "--json", "-c", "barrier", "-t", "ring:4", "-o", "/nonexistent.json"], "invalid choice: 'barrier'"),
     (["calibrate", "--json", "--nproc", "0"], "--nproc must be >= 2, got 0"),
-    (["validate", "--json", "--machine", "/nonexistent.json", "--nproc", "2"], "cannot read /nonexistent.json"),
-    (["tune", "--json", "--machine", "/nonexistent.json", "--nproc", "2"], "cannot read /nonexistent.json"),
+    (["validate", "--json", "--machine", "/nonexistent.json", "--nproc", "2"], "/nonexistent.json: cannot read"),
+    (["tune", "--json", "--machine", "/nonexistent.json", "--nproc", "2"], "/nonexistent.json: cannot read"),
 ])
 def test_errors_are_one_object_with_ok_false(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                              argv: list[str], message: str) -> None:
