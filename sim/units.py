@@ -23,8 +23,8 @@ import re
 from algorithms.errors import UsageError
 from algorithms.ir import Kind
 
-__all__ = ["SIZE_FORMS", "busbw_factor", "count_per_rank", "parse_bandwidth", "parse_duration", "parse_size",
-           "parse_sizes", "sized_buffer"]
+__all__ = ["MAX_SIZES", "SIZE_FORMS", "busbw_factor", "count_per_rank", "parse_bandwidth", "parse_duration",
+           "parse_size", "parse_sizes", "sized_buffer"]
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
@@ -73,9 +73,15 @@ def parse_duration(text: str, what: str = "--latency") -> float:
     return _quantity(text, _TIME_UNITS, what, "expected a number with s, ms, us or ns")
 
 
+MAX_SIZES = 200
+
+
 def parse_sizes(text: str) -> list[float]:
-    """``A:B`` (doubling from A to B), ``A:B:F`` (multiplying by F), a comma list ``A,B,C`` or one size."""
+    """``A:B`` (doubling from A to B), ``A:B:F`` (multiplying by F), a comma list ``A,B,C`` or one size; at most
+    ``MAX_SIZES`` of them, counted before any list is built (a factor of 1.0000001 would make millions)."""
     if "," in text or ":" not in text:
+        if text.count(",") >= MAX_SIZES:
+            raise UsageError(f"--sizes: {text.count(',') + 1} sizes is too many (at most {MAX_SIZES})")
         sizes = [parse_size(s, "--sizes") for s in text.split(",") if s.strip()]
     else:
         parts = text.split(":")
@@ -92,6 +98,10 @@ def parse_sizes(text: str) -> list[float]:
                 raise UsageError(f"--sizes: the factor must be a number > 1, got {parts[2]!r}")
         if lo <= 0 or hi < lo:
             raise UsageError(f"--sizes: need 0 < A <= B, got {text!r}")
+        count = math.floor(math.log(hi * (1 + 1e-12) / lo) / math.log(factor)) + 1
+        if count > MAX_SIZES:
+            raise UsageError(f"--sizes: {text!r} makes {count} sizes, too many (at most {MAX_SIZES}); "
+                             "use a larger factor")
         sizes = []
         s = lo
         while s <= hi * (1 + 1e-12):
@@ -99,8 +109,8 @@ def parse_sizes(text: str) -> list[float]:
             s *= factor
     if not sizes:
         raise UsageError(f"--sizes: expected A:B, A:B:F or A,B,C, got {text!r}")
-    if len(sizes) > 200:
-        raise UsageError(f"--sizes: {len(sizes)} sizes is too many (at most 200)")
+    if len(sizes) > MAX_SIZES:
+        raise UsageError(f"--sizes: {len(sizes)} sizes is too many (at most {MAX_SIZES})")
     return sizes
 
 

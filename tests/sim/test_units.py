@@ -72,3 +72,15 @@ def test_sweep_refuses_a_negative_size_however_spelled(capsys: pytest.CaptureFix
     code, out, err = run(capsys, "sweep", "-c", "allreduce", "-t", "ring:4", *spelling)
     assert code == 2 and out == ""
     assert err.startswith("collsched sweep: error: --sizes: a size cannot be negative, got '-1KiB'")
+
+
+def test_a_size_range_is_counted_before_it_is_built() -> None:
+    # 1 KiB to 1 GiB by 1.0000001 is log(2**20)/log(1.0000001) + 1 = 138,629,437 sizes (by hand: 13.8629/1e-7);
+    # the list was built whole (3.8 GB) before the cap looked at it.
+    with pytest.raises(UsageError, match=r"makes 138629\d\d\d sizes, too many \(at most 200\)"):
+        parse_sizes("1KiB:1GiB:1.0000001")
+    assert parse_sizes("1:1:2") == [1]
+    assert parse_sizes("1KiB:1MiB")[-1] == 1024 * 1024 and len(parse_sizes("1KiB:1MiB")) == 11
+    with pytest.raises(UsageError, match=r"201 sizes is too many"):
+        parse_sizes(",".join(["1KiB"] * 201))
+    assert len(parse_sizes(",".join(["1KiB"] * 200))) == 200
