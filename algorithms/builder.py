@@ -43,10 +43,9 @@ from algorithms.ir import (
     SwitchOp,
     SwitchOpKind,
     Transfer,
-    _as_buf,
-    _as_op,
-    _check_one,
 )
+from algorithms.ir.schedule import _check_one
+from algorithms.ir.transfer import _as_buf, _as_op
 
 __all__ = ["ScheduleBuilder"]
 
