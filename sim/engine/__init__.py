@@ -1,7 +1,9 @@
 """Time: the discrete-event simulator of schedules on topologies, and what it prints.
 
-- ``reference``: the simpy simulator, the reference model (``simulate``, ``Faults``, ``SimResult``,
-  nccl-tests sizes and bus bandwidth);
+- ``options``: ``EngineOptions``, the one frozen value of a run's options (mode, machine costs, ``Faults``,
+  engine), checked when made;
+- ``reference``: the simpy simulator, the reference model (``simulate``, ``SimResult``, nccl-tests sizes and
+  bus bandwidth);
 - ``fast``: the same model vectorised on numpy arrays (a closed form, else an event loop over arrays);
 - ``fairshare``: max-min fair link sharing by progressive filling;
 - ``closed_form``: α-β-γ predictions of the library's algorithms beside the simulator;
@@ -14,6 +16,7 @@
 6.0
 """
 
-from sim.engine.reference import ENGINES, MODES, Faults, SimResult, SimulationError, busbw_factor, simulate
+from sim.engine.options import ENGINES, MODES, EngineOptions, Faults, SimulationError
+from sim.engine.reference import SimResult, busbw_factor, simulate
 
-__all__ = ["ENGINES", "MODES", "Faults", "SimResult", "SimulationError", "busbw_factor", "simulate"]
+__all__ = ["ENGINES", "MODES", "EngineOptions", "Faults", "SimResult", "SimulationError", "busbw_factor", "simulate"]

@@ -30,12 +30,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from algorithms.ir import BUFS, Schedule
+from sim.engine.options import EngineOptions
 from sim.topology import Topology
 from sim.verify.semantics import SlotLayout
 
@@ -228,8 +228,8 @@ class _Plan:
     bottleneck bandwidth. Link ids from ``nl`` on are the ranks' reducers.
     """
 
-    def __init__(self, schedule: Schedule, topology: Topology, overhead: float, reduce_bandwidth: float | None,
-                 stragglers: Mapping[int, float], chunk: float) -> None:
+    def __init__(self, schedule: Schedule, topology: Topology, options: EngineOptions, chunk: float) -> None:
+        overhead, reduce_bandwidth = options.overhead, options.reduce_bandwidth
         cols = schedule.columns()
         p = schedule.ranks
         self.p = p
@@ -240,7 +240,7 @@ class _Plan:
         self.chunk = chunk
         self.overhead = overhead
         self.slow = np.zeros(p)
-        for r, d in stragglers.items():
+        for r, d in options.faults.stragglers.items():
             if d:
                 self.slow[r] = float(d)
         self.any_slow = bool(self.slow.any())
@@ -667,17 +667,18 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None) ->
             "events": steps}
 
 
-def run_fast(schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
-             reduce_bandwidth: float | None, stragglers: Mapping[int, float], chunk: float,
-             progress: bool = False, closed_form: bool = True) -> dict[str, Any]:
-    """Time ``schedule`` (options already checked, faults applied): the per-transfer arrays and link busy times.
+def run_fast(schedule: Schedule, topology: Topology, size: float, options: EngineOptions, chunk: float,
+             closed_form: bool = True) -> dict[str, Any]:
+    """Time ``schedule`` with ``options`` on ``topology`` (its link faults already applied; the stragglers are
+    ``options.faults``'): the per-transfer arrays and link busy times.
 
     The closed form when no flow ever shares a link (``closed_form=False``: never), else the event loop.
     """
     from sim import progress as prog
 
-    plan = _Plan(schedule, topology, overhead, reduce_bandwidth, stragglers, chunk)
-    show = progress and plan.n >= 20000
+    plan = _Plan(schedule, topology, options, chunk)
+    mode = options.mode
+    show = options.progress and plan.n >= 20000
     with prog.bar(plan.n, unit="transfer", desc=schedule.name, enabled=show) as bar:
         got = _closed_form(schedule, plan, mode, bar) if closed_form else None
     closed = got is not None

@@ -51,54 +51,17 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.errors import CollschedError
 from algorithms.ir import Collective, Kind, Op, Schedule
 from sim import progress
 from sim.engine.fairshare import FairShare
+from sim.engine.options import ENGINES, MODES, EngineOptions, Faults, SimulationError
 from sim.topology import Link, Topology, TopologyError
 from sim.units import busbw_factor
 from sim.verify.semantics import SlotLayout, initial_state, write
 from sim.verify.verifier import DOUBLE_COUNT, UNINITIALISED_READ, Violation, check_final
 
-__all__ = ["ENGINES", "MODES", "Faults", "SimResult", "SimulationError", "busbw_factor", "chunk_bytes", "simulate"]
-
-MODES: tuple[str, ...] = ("dataflow", "lockstep")
-ENGINES: tuple[str, ...] = ("auto", "simpy", "fast")
-"""``simulate``'s engines: simpy (the reference, an event per transfer phase), fast (``sim.engine.fast``,
-vectorised), auto (fast whenever it computes exactly what simpy would: every run without ``message_cpu``)."""
-
-
-class SimulationError(CollschedError, ValueError):
-    """Simulation options that do not fit the schedule or topology; the message names the option."""
-
-
-@dataclass(frozen=True)
-class Faults:
-    """Faults injected into a run.
-
-    ``down``: cables (u, v) taken out, both directions; messages are
-    rerouted, or ``TopologyError`` when a rank becomes unreachable.
-    ``degraded``: cable (u, v) -> factor of its bandwidth that remains (0 < f).
-    ``stragglers``: rank -> extra seconds added to every message it sends or receives.
-    """
-
-    down: tuple[Link, ...] = ()
-    degraded: Mapping[Link, float] = field(default_factory=dict)
-    stragglers: Mapping[int, float] = field(default_factory=dict)
-
-    def apply(self, topology: Topology) -> Topology:
-        """The topology with the link faults applied (stragglers are the engine's concern)."""
-        for u, v in self.down:
-            topology = topology.with_link_down(u, v)
-        for (u, v), factor in self.degraded.items():
-            topology = topology.with_degraded_link(u, v, factor)
-        for r, delay in self.stragglers.items():
-            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < topology.ranks:
-                raise SimulationError(f"straggler rank {r!r} out of range for {topology.ranks} ranks")
-            if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < math.inf:
-                raise SimulationError(f"straggler rank {r}: delay must be a finite number >= 0, got {delay!r}")
-        return topology
-
+__all__ = ["ENGINES", "MODES", "EngineOptions", "Faults", "SimResult", "SimulationError", "busbw_factor", "chunk_bytes",
+           "simulate"]
 
 def chunk_bytes(collective: Collective, size: float) -> float:
     """Bytes per chunk for a message of ``size`` bytes, by the nccl-tests size convention."""
@@ -183,60 +146,26 @@ class SimResult:
                 "transfers": self.transfers, "events": self.events, "engine": self.engine}
 
 
-def simulate(
-    schedule: Schedule,
-    topology: Topology,
-    size: float,
-    *,
-    mode: str = "dataflow",
-    overhead: float = 0.0,
-    reduce_bandwidth: float | None = None,
-    faults: Faults | None = None,
-    progress: bool = False,
-    launch: float = 0.0,
-    message_cpu: float = 0.0,
-    engine: str = "auto",
-) -> SimResult:
+def simulate(schedule: Schedule, topology: Topology, size: float, options: EngineOptions | None = None,
+             **fields: Any) -> SimResult:
     """Simulate ``schedule`` moving a message of ``size`` bytes over ``topology`` (module docstring).
 
-    ``overhead``: seconds per network message at the endpoints.
-    ``reduce_bandwidth``: bytes/s a rank combines at (None: reductions are free).
-    ``launch``: seconds per collective before its first transfer may start (a
-    runtime's fixed cost per call, such as NCCL's base latency); every time in
-    the result is later by it, and 0 leaves the run unchanged.
-    ``message_cpu``: seconds of a rank's processor per network message it
-    sends or receives, one message at a time per rank (a host-driven
-    runtime posting and completing each message): a transfer's send waits
-    until its source is free, then that long; its landing waits until its
-    destination is free, then that long. 0 leaves the run unchanged.
-    ``progress``: show a tqdm bar on stderr for long runs.
+    ``options``: the run's ``EngineOptions`` (None: the defaults), checked when it was made: the mode, the
+    per-message ``overhead``, ``reduce_bandwidth``, ``launch`` (every time in the result is later by it; None
+    is 0 here), ``message_cpu`` (a transfer's send waits until its source's processor is free, then that long;
+    its landing likewise at its destination), the faults, the progress bar and the engine. Keyword ``fields``
+    name its fields and replace them (``simulate(s, t, n, overhead=2e-6)``, ``EngineOptions.of``).
     ``engine``: ``simpy``, ``fast`` or ``auto`` (``ENGINES``): both give the same times (to rounding) and
     the same verdict; auto takes fast unless the run needs what only simpy models (``message_cpu``) or the
     schedule races (two writes to a slot in one step, whose order only simpy's event order decides).
     """
-    if engine not in ENGINES:
-        raise SimulationError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if mode not in MODES:
-        raise SimulationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    options = EngineOptions.of(options, **fields)
     if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
         raise SimulationError(f"size must be a finite number of bytes >= 0, got {size!r}")
-    if isinstance(overhead, bool) or not isinstance(overhead, int | float) or not 0 <= overhead < math.inf:
-        raise SimulationError(f"overhead must be a finite number of seconds >= 0, got {overhead!r}")
-    if reduce_bandwidth is not None and (
-            isinstance(reduce_bandwidth, bool) or not isinstance(reduce_bandwidth, int | float)
-            or not 0 < reduce_bandwidth < math.inf):
-        raise SimulationError(f"reduce bandwidth must be a positive number of bytes/s, got {reduce_bandwidth!r}")
-    if isinstance(launch, bool) or not isinstance(launch, int | float) or not 0 <= launch < math.inf:
-        raise SimulationError(f"launch must be a finite number of seconds >= 0, got {launch!r}")
-    if isinstance(message_cpu, bool) or not isinstance(message_cpu, int | float) or not 0 <= message_cpu < math.inf:
-        raise SimulationError(f"message_cpu must be a finite number of seconds >= 0, got {message_cpu!r}")
     if topology.ranks != schedule.ranks:
         raise TopologyError(
             f"topology {topology.name} has {topology.ranks} ranks but the schedule needs {schedule.ranks}")
-    if engine == "fast" and message_cpu:
-        raise SimulationError("engine fast does not model message_cpu (one message at a time per rank): "
-                              "use engine simpy or auto")
-    faults = faults or Faults()
+    faults = options.faults
     topology = faults.apply(topology)
     # The run allocates millions of small objects and frees none of them in cycles; the cyclic
     # collector's full passes over that heap would make the run superlinear in transfers.
@@ -247,29 +176,23 @@ def simulate(
         if schedule.switch_ops:  # lowered to the flows they cause, run on the engine asked for, lifted back
             from sim.engine.switched import lift, lower
 
-            low = lower(schedule, topology, gates=mode == "dataflow")
+            low = lower(schedule, topology, gates=options.mode == "dataflow")
             chunk = chunk_bytes(schedule.collective, size)
             per_byte = chunk_bytes(low.schedule.collective, 1.0)
-            got = simulate(low.schedule, low.topology, chunk / per_byte if per_byte else 0.0, mode=mode,
-                           overhead=overhead, reduce_bandwidth=reduce_bandwidth,
-                           faults=Faults(stragglers=faults.stragglers), progress=progress, message_cpu=message_cpu,
-                           engine=engine)
+            got = simulate(low.schedule, low.topology, chunk / per_byte if per_byte else 0.0,
+                           options.replace(faults=Faults(stragglers=faults.stragglers), launch=0.0))
             result = lift(got, low, schedule, topology, float(size), chunk)
-        elif engine == "fast" or (engine == "auto" and not message_cpu):
-            result = _fast(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth,
-                           faults.stragglers, progress, strict=engine == "auto")
+        elif options.engine == "fast" or (options.engine == "auto" and not options.message_cpu):
+            result = _fast(schedule, topology, float(size), options, strict=options.engine == "auto")
         if result is None:
-            run = _Run(schedule, topology, float(size), mode, float(overhead), reduce_bandwidth, faults.stragglers,
-                       progress, float(message_cpu))
-            result = run.go()
-        return _delayed(result, float(launch)) if launch else result
+            result = _Run(schedule, topology, float(size), options).go()
+        return _delayed(result, options.launch) if options.launch else result
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _fast(schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
-          reduce_bandwidth: float | None, stragglers: Mapping[int, float], progress: bool,
+def _fast(schedule: Schedule, topology: Topology, size: float, options: EngineOptions,
           strict: bool) -> SimResult | None:
     """The run on ``sim.engine.fast``; None when ``strict`` and the schedule races (simpy's event order decides)."""
     from sim.engine.fast import run_fast
@@ -284,14 +207,14 @@ def _fast(schedule: Schedule, topology: Topology, size: float, mode: str, overhe
     bad.extend(fastverify.check(schedule, state))
     del state
     chunk = chunk_bytes(schedule.collective, size)
-    got = run_fast(schedule, topology, size, mode, overhead, reduce_bandwidth, stragglers, chunk, progress)
+    got = run_fast(schedule, topology, size, options, chunk)
 
     def frozen(a: np.ndarray) -> np.ndarray:
         a.flags.writeable = False
         return a
 
     return SimResult(
-        schedule=schedule, topology=topology, mode=mode, size=size, chunk_bytes=chunk, time=got["time"],
+        schedule=schedule, topology=topology, mode=options.mode, size=size, chunk_bytes=chunk, time=got["time"],
         start=frozen(got["start"]), send_start=frozen(got["send_start"]), send_end=frozen(got["send_end"]),
         end=frozen(got["end"]), link_busy=got["link_busy"], events=got["events"], violations=tuple(bad),
         engine="fast")
@@ -319,12 +242,11 @@ class _Run:
     from ``len(topology.links)`` on are the ranks' reducers.
     """
 
-    def __init__(self, schedule: Schedule, topology: Topology, size: float, mode: str, overhead: float,
-                 reduce_bandwidth: float | None, stragglers: Mapping[int, float], progress: bool,
-                 message_cpu: float = 0.0) -> None:
+    def __init__(self, schedule: Schedule, topology: Topology, size: float, options: EngineOptions) -> None:
         import simpy
         import simpy.events
 
+        mode, overhead, reduce_bandwidth = options.mode, options.overhead, options.reduce_bandwidth
         self.env = simpy.Environment()
         self.Timeout = simpy.Timeout
         self.schedule = schedule
@@ -333,7 +255,7 @@ class _Run:
         self.dataflow = mode == "dataflow"
         self.size = size
         self.chunk = chunk_bytes(schedule.collective, size)
-        self.progress = progress
+        self.progress = options.progress
         self.layout = SlotLayout(schedule)
         self.state = initial_state(self.layout)
         self.idempotent = schedule.collective.kind is Kind.BARRIER
@@ -359,7 +281,7 @@ class _Run:
         # Timing of every transfer: pre-delay, links, post-delay (latency), bytes, reducer.
         nl = len(topology.links)
         self.nl = nl
-        slow = {r: float(d) for r, d in stragglers.items() if d}
+        slow = {r: float(d) for r, d in options.faults.stragglers.items() if d}
         self.pre = array("d", bytes(8 * n))
         self.post = array("d", bytes(8 * n))
         self.nbytes = array("d", bytes(8 * n))
@@ -384,7 +306,7 @@ class _Run:
 
         p = schedule.ranks
         # message_cpu: when each rank's processor is next free (a rank handles one message at a time).
-        self.cpu = message_cpu
+        self.cpu = options.message_cpu
         self.cpu_free = [0.0] * p
         self.bw = topology.link_bandwidths() + [float(reduce_bandwidth or 1.0)] * p
         self.share = FairShare(self.bw)
@@ -415,7 +337,7 @@ class _Run:
         else:
             from sim.verify.dataflow import Readiness, dataflow_graph
 
-            self.ready = Readiness(dataflow_graph(schedule, progress=progress))
+            self.ready = Readiness(dataflow_graph(schedule, progress=self.progress))
 
     def _where(self, t: int) -> tuple[int, int]:
         si = bisect_right(self.step_first, t) - 1

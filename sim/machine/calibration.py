@@ -239,8 +239,9 @@ def calibration_report(machine: Machine) -> str:
         lines.append(f"reduce {dtype:<9} γ = {_gbps(g['together']['bandwidth_Bps'])} every rank at once, "
                      f"{_gbps(g['alone']['bandwidth_Bps'])} alone (rms {g['together']['rms_rel']:.1%})")
     r = m["runner"]
-    lines.append(f"runner          launch = {e.launch * 1e6:.1f} us per call, message_cpu = {e.message_cpu * 1e6:.1f} "
-                 f"us per message sent or received (rms {r['rms_rel']:.1%} over {len(r['cases'])} runs, "
+    lines.append(f"runner          launch = {(e.launch or 0.0) * 1e6:.1f} us per call, "
+                 f"message_cpu = {e.message_cpu * 1e6:.1f} us per message sent or received "
+                 f"(rms {r['rms_rel']:.1%} over {len(r['cases'])} runs, "
                  f"{len(r['dropped'])} dropped as outliers)")
     return "\n".join(lines)
 

@@ -4,8 +4,8 @@ A *machine file* is a ``collsched.topology/1`` document with two optional
 keys (docs/design.md, "Machine model and calibration"):
 
 - ``"engine"``: the engine parameters, ``{"overhead": s, "reduce_bandwidth":
-  B/s or null, "launch": s, "message_cpu": s}`` (every key optional; see
-  ``EngineParams``);
+  B/s or null, "launch": s, "message_cpu": s}`` (every key optional; read into
+  ``sim.engine.options.EngineOptions``, which checks them, here called ``EngineParams``);
 - ``"model"``: a free-form object recording how the figures were obtained
   (``collsched calibrate`` writes its measurements, fits and residuals there).
 
@@ -28,7 +28,6 @@ This module imports no torch.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -39,12 +38,11 @@ from typing import Any
 import networkx as nx
 
 from algorithms.ir import Schedule
+from sim.engine.options import ENGINE_KEYS, EngineOptions
 from sim.topology.graph import Topology, TopologyError
 
 __all__ = ["ENGINE_KEYS", "PRESET_ENGINES", "EngineParams", "Machine", "engine_for", "host", "load", "save",
            "to_dict"]
-
-ENGINE_KEYS = ("overhead", "reduce_bandwidth", "launch", "message_cpu")
 
 NCCL_RING_SIMPLE_BASE_LATENCY = 8.4e-6
 """NCCL's base latency of the ring algorithm with the Simple protocol: ``baseLat[RING][SIMPLE] = 8.4`` us in
@@ -52,55 +50,13 @@ src/graph/tuning.cc (the per-step part, ``hwLat[NVLINK][RING][SIMPLE] = 3.4`` us
 NVLink route latency, ``sim.topology.builders.DGX_NVLINK_LATENCY``)."""
 
 
-@dataclass(frozen=True)
-class EngineParams:
-    """The engine parameters of a machine (``sim.engine.reference.simulate``'s keyword arguments of the same names).
-
-    ``overhead``: seconds per network message at the endpoints; ``reduce_bandwidth``: bytes/s a rank
-    combines at (None: reductions are free); ``launch``: seconds per collective before its first transfer;
-    ``message_cpu``: seconds of a rank's processor per message it sends or receives, one at a time.
-    The defaults leave the engine as it is without a machine model.
-    """
-
-    overhead: float = 0.0
-    reduce_bandwidth: float | None = None
-    launch: float = 0.0
-    message_cpu: float = 0.0
-
-    def __post_init__(self) -> None:
-        for key in ("overhead", "launch", "message_cpu"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
-                raise TopologyError(f"engine.{key}: must be a finite number of seconds >= 0, got {v!r}")
-        rb = self.reduce_bandwidth
-        if rb is not None and (isinstance(rb, bool) or not isinstance(rb, int | float) or not 0 < rb < math.inf):
-            raise TopologyError(f"engine.reduce_bandwidth: must be a positive number of bytes/s or null, got {rb!r}")
-
-    def options(self) -> dict[str, Any]:
-        """Keyword arguments for ``sim.engine.reference.simulate``."""
-        return {"overhead": float(self.overhead), "reduce_bandwidth": self.reduce_bandwidth,
-                "launch": float(self.launch), "message_cpu": float(self.message_cpu)}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"overhead": self.overhead, "reduce_bandwidth": self.reduce_bandwidth, "launch": self.launch,
-                "message_cpu": self.message_cpu}
-
-    @classmethod
-    def from_dict(cls, doc: object, where: str = "engine") -> EngineParams:
-        """Strictly checked: an object with only ``ENGINE_KEYS``, each optional."""
-        if not isinstance(doc, dict):
-            raise TopologyError(f"{where}: must be an object with keys {', '.join(ENGINE_KEYS)}")
-        extra = sorted(set(doc) - set(ENGINE_KEYS))
-        if extra:
-            raise TopologyError(f"{where}: unknown field {extra[0]!r} (known: {', '.join(ENGINE_KEYS)})")
-        try:
-            return cls(**doc)
-        except TopologyError as e:
-            raise TopologyError(str(e).replace("engine.", f"{where}.", 1)) from None
+EngineParams = EngineOptions
+"""A machine's engine parameters are ``EngineOptions``' machine fields (``ENGINE_KEYS``), held in that one value:
+``from_dict``/``to_dict`` read and write a machine file's ``"engine"`` section (the name stays for callers)."""
 
 
-PRESET_ENGINES: Mapping[str, EngineParams] = {
-    "dgx-h100": EngineParams(launch=NCCL_RING_SIMPLE_BASE_LATENCY),
+PRESET_ENGINES: Mapping[str, EngineOptions] = {
+    "dgx-h100": EngineOptions(launch=NCCL_RING_SIMPLE_BASE_LATENCY),
 }
 """Engine parameters of the topology presets that carry some (by SPEC prefix)."""
 
@@ -110,14 +66,14 @@ class Machine:
     """A topology, its engine parameters and the record of how they were obtained."""
 
     topology: Topology
-    engine: EngineParams = EngineParams()
+    engine: EngineOptions = field(default_factory=EngineOptions)
     model: Mapping[str, Any] = field(default_factory=dict)
 
     def simulate(self, schedule: Schedule, size: float, *, mode: str = "dataflow") -> Any:
         """``sim.engine.reference.simulate`` of ``schedule`` on this machine (a ``SimResult``)."""
         from sim.engine.reference import simulate
 
-        return simulate(schedule, self.topology, size, mode=mode, **self.engine.options())
+        return simulate(schedule, self.topology, size, self.engine.replace(mode=mode))
 
 
 def to_dict(machine: Machine) -> dict[str, Any]:
@@ -142,7 +98,7 @@ def from_dict(doc: object) -> Machine:
 
     topology = topology_from_dict(doc)
     assert isinstance(doc, dict)  # topology_from_dict checked it
-    engine = EngineParams.from_dict(doc["engine"], "topology.engine") if "engine" in doc else EngineParams()
+    engine = EngineOptions.from_dict(doc["engine"], "topology.engine") if "engine" in doc else EngineOptions()
     model = doc.get("model", {})
     return Machine(topology, engine, model)
 
@@ -163,14 +119,14 @@ def load(path: str | os.PathLike[str]) -> Machine:
         raise TopologyError(f"{path}: {e}") from None
 
 
-def engine_for(spec: str) -> EngineParams:
+def engine_for(spec: str) -> EngineOptions:
     """The engine parameters a topology SPEC carries: a machine file's, a preset's, or the defaults."""
     m = re.fullmatch(r"([a-z][a-z0-9-]*):(.+)", spec.strip())
     if m and m.group(1) in PRESET_ENGINES:
         return PRESET_ENGINES[m.group(1)]
     if m is None and os.path.isfile(spec) and not spec.lower().endswith((".graphml", ".xml")):
         return load(spec).engine
-    return EngineParams()
+    return EngineOptions()
 
 
 def host(p: int, *, bandwidth: float, latency: float, host_bandwidth: float | None = None,

@@ -27,6 +27,7 @@ from typing import Any
 from algorithms import registry
 from algorithms.errors import CollschedError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
+from sim.engine.options import EngineOptions
 from sim.engine.protocols import (
     BASE_LATENCY_US,
     HW_LATENCY_US,
@@ -381,11 +382,14 @@ def protocol_model(choice: NcclChoice, kind: Kind, topology: Topology) -> Protoc
 
 
 def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: str | None = None,
-                  proto: str | None = None, root: int | None = None, **engine: Any) -> NcclRun:
-    """Simulate what NCCL runs for ``kind`` at ``size`` on ``topology`` (module docstring); ``engine``: the
-    options of ``sim.engine.reference.simulate`` (``launch`` is NCCL's base latency unless given)."""
+                  proto: str | None = None, root: int | None = None, options: EngineOptions | None = None,
+                  **engine: Any) -> NcclRun:
+    """Simulate what NCCL runs for ``kind`` at ``size`` on ``topology`` (module docstring) with ``options``
+    (``launch`` None, the default here: NCCL's base latency); keyword ``engine`` fields replace the options'
+    own (``EngineOptions.of``)."""
     from sim.engine.reference import simulate
 
+    options = EngineOptions.of(options if options is not None else EngineOptions(launch=None), **engine)
     kind = Kind(kind)
     pick = choose(kind, topology, size, algo=algo, proto=proto)
     notes: list[str] = []
@@ -396,17 +400,16 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
     while True:
         if name is not None:
             model = protocol_model(simulated, kind, topology)
-            opts = dict(engine)
-            if opts.get("launch") is None:
-                opts["launch"] = model.launch
-            modes = PIPELINE_MODES.get(name, (opts.get("mode", "dataflow"),))
+            opts = options if options.launch is not None else options.replace(launch=model.launch)
+            modes = PIPELINE_MODES.get(name, (opts.mode,))
             try:
                 linked = apply(topology, model)
                 result = min((simulate(build(kind, name, topology, size, root, chunks=k,
-                                             protocol=simulated.protocol), linked, size, **{**opts, "mode": mode})
+                                             protocol=simulated.protocol), linked, size,
+                                       opts if mode == opts.mode else opts.replace(mode=mode))
                               for k in _stage_counts(kind, name, topology, size) for mode in modes),
                              key=lambda r: float(r.time))
-                if modes != (opts.get("mode", "dataflow"),):
+                if modes != (opts.mode,):
                     kept = "s, the faster kept" if len(modes) > 1 else ""
                     notes.append(f"{name} runs in {' and '.join(modes)} mode{kept}, as NCCL moves its chunks in "
                                  "step order (sim.machine.nccl.PIPELINE_MODES)")

@@ -88,10 +88,9 @@ def predict(machine: Machine, kind: str, name: str, p: int, size: float, chunks:
     else:
         from sim.machine.runtime import simulate_under
 
-        opts = machine.engine.options()
-        launch = opts.pop("launch")
-        r, _model = simulate_under(runtime or "plain", sched, machine.topology, size, protocol=protocol,
-                                   launch=launch if launch else None, **opts)
+        # A machine without a launch of its own takes the protocol's base latency.
+        engine = machine.engine if machine.engine.launch else machine.engine.replace(launch=None)
+        r, _model = simulate_under(runtime or "plain", sched, machine.topology, size, engine, protocol=protocol)
     if not r.ok:
         raise CalibrationError(f"{kind}/{name} on {p} ranks failed its postcondition in simulation")
     return float(r.time) + copy_seconds(sched, size, copy_fit(machine))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from algorithms.ir import Kind, Schedule
+from sim.engine.options import EngineOptions
 from sim.engine.protocols import (
     LL128_DATA_FRACTION,
     LL_DATA_FRACTION,
@@ -82,17 +83,22 @@ def runtime_model(runtime: str, schedule: Schedule, topology: Topology, size: fl
     return _generic(forced, nodes)
 
 
-def simulate_under(runtime: str, schedule: Schedule, topology: Topology, size: float, *,
-                   protocol: str | None = None, msccl_proto: str | None = None, step_cost: float = 0.0,
-                   launch: float | None = None, **opts: Any) -> tuple[Any, ProtocolModel | None]:
-    """``sim.engine.reference.simulate`` of ``schedule`` priced by ``runtime``: the result and the protocol
-    model (None: the links as given). ``launch`` None: the protocol's base latency (plain: 0)."""
+def simulate_under(runtime: str, schedule: Schedule, topology: Topology, size: float,
+                   options: EngineOptions | None = None, *, protocol: str | None = None,
+                   msccl_proto: str | None = None, step_cost: float = 0.0,
+                   **fields: Any) -> tuple[Any, ProtocolModel | None]:
+    """``sim.engine.reference.simulate`` of ``schedule`` with ``options`` priced by ``runtime``: the result and
+    the protocol model (None: the links as given). ``options.launch`` None (the default here): the protocol's
+    base latency (plain: 0); ``step_cost`` (collsched) adds to the overhead. Keyword ``fields`` replace the
+    options' own (``EngineOptions.of``)."""
     from sim.engine.reference import simulate
 
+    options = EngineOptions.of(options if options is not None else EngineOptions(launch=None), **fields)
     model = runtime_model(runtime, schedule, topology, size, protocol=protocol, msccl_proto=msccl_proto)
     if runtime == "collsched" and step_cost:
-        opts["overhead"] = float(opts.get("overhead") or 0.0) + step_cost
+        options = options.replace(overhead=options.overhead + step_cost)
     if model is None:
-        return simulate(schedule, topology, size, launch=launch or 0.0, **opts), None
-    return simulate(schedule, apply(topology, model), size,
-                    launch=model.launch if launch is None else launch, **opts), model
+        return simulate(schedule, topology, size, options), None
+    if options.launch is None:
+        options = options.replace(launch=model.launch)
+    return simulate(schedule, apply(topology, model), size, options), model

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from algorithms.ir import Buf, Collective, Kind, Schedule, Step, Transfer
 from sim.engine.fast import dataflow_arrays, run_fast
-from sim.engine.reference import Faults, SimulationError, chunk_bytes, simulate
+from sim.engine.reference import EngineOptions, Faults, SimulationError, chunk_bytes, simulate
 from sim.topology import TopologyError
 from sim.topology.strategies import topologies
 from sim.verify import strategies as cst
@@ -113,8 +113,7 @@ def test_fast_and_simpy_engines_give_the_same_times_and_verdict(data: st.DataObj
     # skipped write depends on the order the step's reductions land in.
     assert {v.kind for v in ref.violations} - {WRONG_SLOT} == {v.kind for v in fast.violations} - {WRONG_SLOT}
     # The event loop too, on runs the closed form would have answered.
-    loop = run_fast(s, applied, size, mode, overhead, reduce_bandwidth, stragglers,
-                    chunk_bytes(s.collective, size), closed_form=False)
+    loop = run_fast(s, applied, size, EngineOptions(**kw), chunk_bytes(s.collective, size), closed_form=False)
     for got in ({name: getattr(fast, name) for name in ("start", "send_start", "send_end", "end", "link_busy")},
                 loop):
         for name in ("start", "send_start", "send_end", "end"):
@@ -133,7 +132,7 @@ def test_auto_takes_fast_unless_only_simpy_is_exact() -> None:
     assert simulate(s, topo, 2**20, message_cpu=1e-6).engine == "simpy"
     with pytest.raises(SimulationError, match="engine fast does not model message_cpu"):
         simulate(s, topo, 2**20, message_cpu=1e-6, engine="fast")
-    with pytest.raises(SimulationError, match="engine must be one of auto, simpy, fast"):
+    with pytest.raises(SimulationError, match="engine: must be one of auto, simpy, fast"):
         simulate(s, topo, 2**20, engine="quick")
     # A race: two copies into one slot in a step; auto leaves it to simpy, whose event order decides.
     coll = Collective(Kind.ALLGATHER, 2, 1)

@@ -95,7 +95,7 @@ def test_nvls_on_one_dgx_h100_is_within_5_percent_of_nvidias_480_gbps() -> None:
     measured = rows[8 * 2**30]
     assert measured == pytest.approx(480.16)
     s = registry.build("allreduce", "nvls", 8)
-    r = simulate(s, from_spec("dgx-h100:1"), 8 * 2**30, **machine.engine_for("dgx-h100:1").options())
+    r = simulate(s, from_spec("dgx-h100:1"), 8 * 2**30, machine.engine_for("dgx-h100:1"))
     assert r.ok and abs(r.busbw / 1e9 / measured - 1) < 0.05, r.busbw
 
 
@@ -106,6 +106,5 @@ def test_nvls_tree_in_lockstep_on_two_dgx_h100s_is_within_5_percent_of_the_measu
     rows = {int(x[0]): float(x[3]) for x in (line.split("\t") for line in table.read_text().splitlines())
             if x[0].isdigit()}
     s = registry.build("allreduce", "nvls_tree", 16)
-    r = simulate(s, from_spec("dgx-h100:2"), 8 * 2**30, mode="lockstep",
-                 **machine.engine_for("dgx-h100:2").options())
+    r = simulate(s, from_spec("dgx-h100:2"), 8 * 2**30, machine.engine_for("dgx-h100:2"), mode="lockstep")
     assert r.ok and abs(r.busbw / 1e9 / rows[8 * 2**30] - 1) < 0.05, r.busbw

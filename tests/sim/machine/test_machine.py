@@ -120,7 +120,7 @@ def test_simulate_cli_takes_the_machine_files_engine(tmp_path: Path, capsys: pyt
 def _dgx_time(kind: str, name: str, nodes: int, size: float) -> float:
     topo = dgx_h100(nodes)
     s = registry.build(kind, name, topo.ranks)
-    r = simulate(s, topo, size, **M.engine_for(f"dgx-h100:{nodes}").options())
+    r = simulate(s, topo, size, M.engine_for(f"dgx-h100:{nodes}"))
     assert r.ok
     return r.time
 
