@@ -11,7 +11,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from algorithms import formats as fileformat
 from algorithms import registry
@@ -20,6 +20,9 @@ from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 from sim.topology.forms import SPEC_FORMS
 from sim.topology.routing import ROUTINGS
 from sim.units import parse_bandwidth, parse_duration, parse_size
+
+if TYPE_CHECKING:  # the parser is built without numpy, simpy or networkx: sim.engine loads when a command runs
+    from sim.engine.options import EngineOptions
 
 __all__ = [
     "dash_values",
@@ -406,22 +409,25 @@ def _check_part(args: argparse.Namespace, p: int, whole: int) -> None:
             f'{", ..." if p > 3 else ""}]}} (or leave -p out: the rank count comes from the topology)')
 
 
-def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+def engine_options(args: argparse.Namespace, *, progress: bool | None = None) -> EngineOptions:
+    """The run's ``EngineOptions``, built once from the flags and handed whole to the engine: the topology's
+    machine (a machine file's or a preset's, ``sim.machine.model.engine_for``) with --mode, the faults, --engine,
+    the progress bar (``progress``, else unless --no-progress) and each of --overhead, --reduce-bw, --launch and
+    --message-cpu that is given. The value checks itself: a field it refuses is a ``SimulationError`` naming it."""
     from sim.machine.model import engine_for
 
-    machine = engine_for(args.topology)  # a machine file's or a preset's engine parameters (sim.machine.model)
-    return {
-        "mode": args.mode,
-        "overhead": parse_duration(args.overhead, "--overhead") if args.overhead is not None else machine.overhead,
-        "reduce_bandwidth": parse_bandwidth(args.reduce_bw, "--reduce-bw") if args.reduce_bw is not None
-        else machine.reduce_bandwidth,
-        "launch": parse_duration(args.launch, "--launch") if args.launch is not None else machine.launch,
-        "message_cpu": parse_duration(args.message_cpu, "--message-cpu") if args.message_cpu is not None
-        else machine.message_cpu,
-        "faults": faults_from_args(args),
-        "progress": not args.no_progress,
-        "engine": args.engine,
-    }
+    given: dict[str, Any] = {}
+    if args.overhead is not None:
+        given["overhead"] = parse_duration(args.overhead, "--overhead")
+    if args.reduce_bw is not None:
+        given["reduce_bandwidth"] = parse_bandwidth(args.reduce_bw, "--reduce-bw")
+    if args.launch is not None:
+        given["launch"] = parse_duration(args.launch, "--launch")
+    if args.message_cpu is not None:
+        given["message_cpu"] = parse_duration(args.message_cpu, "--message-cpu")
+    return engine_for(args.topology).replace(
+        mode=args.mode, faults=faults_from_args(args), engine=args.engine,
+        progress=not args.no_progress if progress is None else progress, **given)
 
 
 def root_for(kind: str, root: int | None) -> int | None:

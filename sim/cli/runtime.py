@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from algorithms.errors import UsageError
 from algorithms.ir import Schedule
+
+if TYPE_CHECKING:
+    from sim.engine.options import EngineOptions
 
 __all__ = ["RUNTIMES", "add_runtime_args", "nccl_params", "run_schedule", "runtime_of"]
 
@@ -85,42 +88,37 @@ def _msccl_proto(path: str | None) -> str | None:
 
 
 def run_schedule(args: argparse.Namespace, schedule: Schedule, topology: Any, size: float,
-                 opts: dict[str, Any]) -> tuple[Any, str]:
-    """Simulate ``schedule`` under the run's runtime (``sim.machine.runtime``); the result and a line saying
-    what priced it ("" for the plain links)."""
+                 options: EngineOptions) -> tuple[Any, str, EngineOptions]:
+    """Simulate ``schedule`` with the command's ``options`` under the run's runtime (``sim.machine.runtime``);
+    the result, a line saying what priced it ("" for the plain links), and the options it ran with (a
+    protocol's base latency as ``launch`` where it set one)."""
     from sim.machine.runtime import simulate_under
     from sim.units import parse_duration
 
     rt = runtime_of(args, topology)
     step = parse_duration(args.step_cost, "--step-cost") if getattr(args, "step_cost", None) is not None else 0.0
-    caller_opts, opts = opts, dict(opts)
     # --launch stands; else the plain links keep the machine's launch (a preset's or a machine file's), and a
     # protocol brings its own base latency.
-    launch = opts.pop("launch", 0.0)
     if getattr(args, "launch", None) is None and not (rt == "plain" and getattr(args, "protocol", None) is None):
-        launch = None
+        options = options.replace(launch=None)
     try:
-        result, model = simulate_under(rt, schedule, topology, size, protocol=getattr(args, "protocol", None),
-                                       msccl_proto=_msccl_proto(getattr(args, "file", None)), step_cost=step,
-                                       launch=launch, **opts)
+        result, model = simulate_under(rt, schedule, topology, size, options, protocol=getattr(args, "protocol", None),
+                                       msccl_proto=_msccl_proto(getattr(args, "file", None)), step_cost=step)
     except ValueError as e:
         raise UsageError(f"--runtime {rt}: {e}") from None
     if model is None:
-        return result, ""
-    if launch is None:
-        caller_opts["launch"] = model.launch  # what the run's closed form line adds, as the run did
+        return result, "", options
+    if options.launch is None:
+        options = options.replace(launch=model.launch)  # what the run's closed form line adds, as the run did
     line = (f"  runtime    {rt}: protocol {model.protocol} ({model.algorithm} latencies: launch "
             f"{model.launch * 1e6:.3g} us, NVLink step {model.step_latency('nvlink') * 1e6:.3g} us, network step "
             f"{model.step_latency('net') * 1e6:.3g} us; bandwidth x{model.nvlink_factor:.3g})")
-    return result, line
+    return result, line, options
 
 
-def nccl_engine_options(args: argparse.Namespace, opts: dict[str, Any]) -> dict[str, Any]:
-    """``opts`` for ``sim.machine.nccl.simulate_nccl``: NCCL's base latency stands unless --launch is given."""
-    out = dict(opts)
-    if getattr(args, "launch", None) is None:
-        out["launch"] = None
-    return out
+def nccl_engine_options(args: argparse.Namespace, options: EngineOptions) -> EngineOptions:
+    """``options`` for ``sim.machine.nccl.simulate_nccl``: NCCL's base latency stands unless --launch is given."""
+    return options.replace(launch=None) if getattr(args, "launch", None) is None else options
 
 
 def cmd_simulate_nccl(args: argparse.Namespace) -> int:
@@ -147,7 +145,7 @@ def cmd_simulate_nccl(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         run = simulate_nccl(args.collective, topo, size, algo=params.get("algo"), proto=params.get("proto"),
-                            root=args.root, **opts)
+                            root=args.root, options=opts)
     except ValueError as e:
         raise UsageError(str(e)) from None
     wall = time.perf_counter() - t0

@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from algorithms import registry
 from algorithms.errors import RegistryError, UsageError
@@ -29,6 +29,9 @@ from sim.cli.common import (
     want_bound,
 )
 from sim.units import parse_size
+
+if TYPE_CHECKING:
+    from sim.engine.options import EngineOptions
 
 __all__ = ["add_parser"]
 
@@ -64,7 +67,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from sim.cli.runtime import run_schedule
 
     t0 = time.perf_counter()
-    result, runtime_line = run_schedule(args, schedule, topo, size, opts)
+    result, runtime_line, ran = run_schedule(args, schedule, topo, size, opts)
     wall = time.perf_counter() - t0
     _write_outputs(result, args)
     from sim.topology.placement import stretched_pairs
@@ -72,17 +75,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     stretched = stretched_pairs(schedule, topo)
 
     b = None if schedule.name.startswith("custom:") or not want_bound(args, topo.ranks) else bound_for(
-        schedule.collective.kind, schedule.collective.root, topo, size, opts["faults"], schedule.collective)
+        schedule.collective.kind, schedule.collective.root, topo, size, opts.faults, schedule.collective)
     eff = {"bound_s": b.bound_s, "efficiency": b.efficiency(result.time)} if b is not None else {}
-    lp = _lp_of(schedule, topo if opts["faults"] is None else opts["faults"].apply(topo), size) \
-        if b is not None else None
+    lp = _lp_of(schedule, opts.faults.apply(topo), size) if b is not None else None
     if lp is not None:  # all-to-all(v): the cut bound is loose there; the max-concurrent-flow LP is exact
         eff |= {"lp_bound_s": lp.bound_s, "lp_efficiency": lp.efficiency(result.time)}
     if args.json:
         print(json.dumps({**result.to_dict(), "wall_s": wall, "peak_rss_MiB": peak_rss_mib(),
                           "stretched_pairs": [list(t) for t in stretched], **eff}))
     else:
-        _print_result(result, schedule, wall, args, opts)
+        _print_result(result, schedule, wall, args, ran)
         if runtime_line:
             print(runtime_line)
         if b is not None:
@@ -126,7 +128,7 @@ def _print_stretched(stretched: Sequence[tuple[int, int, int]], topo: Any, place
           f"{shown}{more}{hint}")
 
 
-def _closed_form_line(schedule: Schedule, result: Any, opts: dict[str, Any], args: argparse.Namespace) -> str:
+def _closed_form_line(schedule: Schedule, result: Any, opts: EngineOptions, args: argparse.Namespace) -> str:
     """The registry's closed form with the run's own terms: α = route 0->1's latency + the per-message overhead,
     β = 1 / its slowest link, γ = 1 / --reduce-bw (0 when reductions are free), plus --launch once."""
     from sim.engine.closed_form import predict, route_alpha_beta
@@ -136,8 +138,8 @@ def _closed_form_line(schedule: Schedule, result: Any, opts: dict[str, Any], arg
     if alg.cost is None or (coll.kind is Kind.ALLTOALLV and len(set(coll.traffic().flat)) > 1):
         return ""  # an alltoallv's closed form is for the uniform matrix
     route, beta = route_alpha_beta(result.topology)
-    overhead, launch = float(opts["overhead"]), float(opts["launch"])
-    reduce_bw = opts["reduce_bandwidth"]
+    overhead, launch = opts.overhead, opts.launch or 0.0
+    reduce_bw = opts.reduce_bandwidth
     gamma = 1.0 / reduce_bw if reduce_bw else 0.0
     params = dict(args.param)
     if args.chunks is not None:
@@ -152,7 +154,7 @@ def _closed_form_line(schedule: Schedule, result: Any, opts: dict[str, Any], arg
     terms = [alpha, f"β=1/{1 / beta:.4g} B/s (route 0->1)", f"γ=1/{reduce_bw:.4g} B/s" if gamma else "γ=0 (free)"]
     if launch:
         terms.append(f"launch {launch:.3g} s")
-    if opts.get("message_cpu"):
+    if opts.message_cpu:
         terms.append("message_cpu not modelled")
     ratio = f"{result.time / pred.time:.4f}" if pred.time > 0 else "-"
     return (f"  closed form {human_time(pred.time)} ({pred.formula}; {', '.join(terms)}); "
@@ -160,7 +162,7 @@ def _closed_form_line(schedule: Schedule, result: Any, opts: dict[str, Any], arg
 
 
 def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.Namespace,
-                  opts: dict[str, Any]) -> None:
+                  opts: EngineOptions) -> None:
 
     topo = result.topology
     print(f"{schedule.name} {schedule.collective.describe()} on {topo.describe()}, {result.mode}, "

@@ -91,8 +91,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.progress import bar
 
     sizes = parse_sizes(args.sizes)
-    opts = engine_options(args)
-    opts["progress"] = False
+    opts = engine_options(args, progress=False)  # the sweep's own bar counts the runs
     topo = topology_from_args(args)
     p = topo.ranks
     wanted = None if args.algorithms is None else [a.strip() for a in args.algorithms.split(",") if a.strip()]
@@ -127,7 +126,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     all_ok = True
 
     root = schedules[0][1].collective.root
-    unit = bound_for(Kind(args.collective), root, topo, 1.0, opts["faults"], schedules[0][1].collective) \
+    unit = bound_for(Kind(args.collective), root, topo, 1.0, opts.faults, schedules[0][1].collective) \
         if want_bound(args, p) \
         else None  # cuts once, scaled per size
     with bar(len(sizes) * len(schedules), unit="run", enabled=not args.no_progress) as progress:
@@ -139,10 +138,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 from sim.machine.nccl import simulate_nccl
 
                 nr = simulate_nccl(args.collective, topo, size, proto=args.protocol, root=args.root,
-                                   **nccl_engine_options(args, opts))
+                                   options=nccl_engine_options(args, opts))
                 runs.append(("nccl", nr.result, f"{nr.nccl.algorithm}/{nr.nccl.protocol}"))
             for label, s in schedules:
-                r, _line = run_schedule(args, s, topo, size, opts)
+                r, _line, _ran = run_schedule(args, s, topo, size, opts)
                 runs.append((label, r, ""))
                 progress.update(1)
             ref = runs[0][1].time if with_nccl else None
