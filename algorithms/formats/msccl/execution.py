@@ -453,13 +453,19 @@ def build_graph(program: Program, sz: Sizes, inplace: bool | None
         gr.capture[r] = m
         gr.preds[m].append(r)
         done[a_ref] = r
+    # A nop carries a dependency for the next real step of its thread block: judge it by what that one does.
+    # The first real step at or after each position, found once per thread block (a scan per nop was quadratic in
+    # a run of nops: 30,000 of them took minutes).
+    real_from: dict[tuple[int, int], list[int]] = {}
+    for g in program.gpus.values():
+        for t in g.tbs:
+            nxt, last = [0] * len(t.steps), len(t.steps) - 1
+            for k in range(last, -1, -1):
+                nxt[k] = nxt[k + 1] if k < last and t.steps[k].type == "nop" else k
+            real_from[(g.id, t.id)] = nxt
     for gnode, deps in gate_preds.items():
         ref = gr.origin[gnode]
-        tb_steps = program.gpus[ref[0]].tbs[ref[1]].steps
-        k = ref[2]
-        while k + 1 < len(tb_steps) and tb_steps[k].type == "nop":
-            k += 1  # a nop carries a dependency for the next real step: judge by what that one does
-        st = tb_steps[k]
+        st = program.gpus[ref[0]].tbs[ref[1]].steps[real_from[(ref[0], ref[1])][ref[2]]]
         writes: set[int] | None = None
         for d, _ in deps:
             u = done[d]

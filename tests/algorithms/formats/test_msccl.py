@@ -32,8 +32,7 @@ from sim.topology import fully_connected
 from sim.verify.verifier import WRONG_SLOT, execute, verify
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
-CORPUS = ROOT.parent / "shared/foreign/msccl"
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"foreign MSCCL corpus not found at {CORPUS}")
+CORPUS = ROOT / "tests" / "data" / "foreign" / "msccl"
 
 MSCCL_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
 
@@ -79,7 +78,6 @@ CORPUS_TABLE: dict[str, tuple[str, bool]] = {
 }
 
 
-@needs_corpus
 def test_the_table_accounts_for_every_corpus_file() -> None:
     assert sorted(p.name for p in CORPUS.glob("*.xml")) == sorted(CORPUS_TABLE)
     assert len(CORPUS_TABLE) == 33
@@ -89,7 +87,6 @@ def test_the_table_accounts_for_every_corpus_file() -> None:
     assert bad == {name for name, (verdict, _) in CORPUS_TABLE.items() if verdict == "bad"}
 
 
-@needs_corpus
 @pytest.mark.parametrize("name", sorted(CORPUS_TABLE))
 def test_corpus_verdicts_agree_with_sources(name: str) -> None:
     verdict, _ = CORPUS_TABLE[name]
@@ -116,7 +113,6 @@ def test_corpus_verdicts_agree_with_sources(name: str) -> None:
     assert any("thread blocks 4, 5 all send to gpu 2 on channel 0" in f.message for f in findings)
 
 
-@needs_corpus
 def test_four_corpus_files_deadlock_with_one_buffered_message_and_none_with_two() -> None:
     one = set()
     for name in CORPUS_TABLE:
@@ -126,7 +122,6 @@ def test_four_corpus_files_deadlock_with_one_buffered_message_and_none_with_two(
     assert one == {name for name, (_, two) in CORPUS_TABLE.items() if two}
 
 
-@needs_corpus
 def test_the_largest_corpus_file_imports_whole() -> None:
     s = load_msccl(CORPUS / "rccl_unittest_allreduce_ring_simple_16n.xml")
     # 16 ranks, 384 chunks; 11904 steps of which 5376 rrs, 5376 rcs, 384 rrcs, 384 s, 384 r: every
@@ -683,7 +678,6 @@ def test_cli_verify_reports_check_findings(tmp_path: Path, capsys: pytest.Captur
     assert main(["verify", "--file", str(bad)]) == 2
 
 
-@needs_corpus
 def test_cli_on_the_corpus(capsys: pytest.CaptureFixture[str]) -> None:
     from sim.cli import main
 
@@ -720,7 +714,6 @@ def _backend_runs_files(rank: int, world: int, files: dict[str, str]) -> None:
 
 
 @pytest.mark.multiprocess
-@needs_corpus
 def test_the_backend_runs_msccl_files(tmp_path: Path) -> None:
     from tests.runners import backend_cases as cases
 
@@ -729,3 +722,16 @@ def test_the_backend_runs_msccl_files(tmp_path: Path) -> None:
     # A foreign file (msccl-tools' binary tree, 2 GPUs) for all-reduce, an exported one for all-gather.
     spec = f"allreduce={CORPUS / 'lyd_allreduce_binary_tree_gpu2.xml'},allgather=file:{ag}"
     cases.spawn(_backend_runs_files, 2, {}, env={"COLLSCHED_ALGORITHMS": spec})
+
+
+def test_a_long_run_of_nops_reaches_the_step_limit_check() -> None:
+    # 30,000 nops ahead of a thread block's sends (3.6 MB). Each nop's gate is judged by the first real step after
+    # it, now found once per thread block: a scan from every nop was quadratic (185 s before this limit was named).
+    text = dumps_msccl(build("allreduce", "ring", 4))
+    head, sep, rest = text.partition('<tb id="0" send="1" recv="-1" chan="0">\n')
+    assert sep, "the ring's first thread block has changed its header"
+    nops = "".join(f'      <step s="{k}" type="nop" srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1" cnt="0" depid="-1" '
+                   f'deps="-1" hasdep="0"/>\n' for k in range(30_000))
+    renumbered = re.sub(r'<step s="(\d+)"', lambda m: f'<step s="{int(m.group(1)) + 30_000}"', rest, count=6)
+    findings = check_msccl(head + sep + nops + renumbered)
+    assert any("gpu 0 tb 0: 30006 steps, over the runtime limit of 256" in f.message for f in findings), findings[:3]
