@@ -14,7 +14,7 @@ Prints three tables:
    simulator's dataflow readiness in place of the schedule's own dependencies plus it).
    "staged" rows export with ``staged=True`` (``algorithms.formats.msccl.stage_reductions``).
 
-The corpus is read from ``../shared/foreign/msccl`` beside the repository unless --corpus names it.
+The corpus is read from ``tests/data/foreign/msccl`` unless --corpus names it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from sim.engine.reference import simulate
 from sim.topology import Topology, fully_connected
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared/foreign/msccl"
+CORPUS = ROOT / "tests" / "data" / "foreign" / "msccl"
 LARGEST = "rccl_unittest_allreduce_ring_simple_16n.xml"
 
 

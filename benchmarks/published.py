@@ -3,7 +3,7 @@
     python benchmarks/published.py [DIR ...] [--rows]
     python benchmarks/published.py --scale      # -a nccl all-reduce on dgx-h100:128 (1,024 GPUs) at 1 GiB
 
-Reads every ``.tsv`` table of the shared published tables (beside the repository) and in each DIR given
+Reads every ``.tsv`` table of the published tables in tests/data/published and in each DIR given
 (the format of that folder's README.md), simulates what NCCL runs for every size on the table's preset
 (``sim.machine.published.score``; a table that forced ``NCCL_ALGO`` forces it here too; no fitting), and
 prints per table the median and 90th-percentile |simulated - measured| / measured and the median ratio
@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.scale:
         return _scale()
-    shared = ROOT.parent / "shared" / "published"
-    dirs = ([shared] if shared.is_dir() else []) + [Path(d) for d in args.dirs]
+    published = ROOT / "tests" / "data" / "published"
+    dirs = ([published] if published.is_dir() else []) + [Path(d) for d in args.dirs]
     if not dirs:
-        print(f"no tables: {shared} is absent and no DIR was given", file=sys.stderr)
+        print(f"no tables: {published} is absent and no DIR was given", file=sys.stderr)
         return 2
     try:
         tables = tables_in(dirs)

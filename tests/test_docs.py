@@ -1,8 +1,9 @@
 """The design lives in the repo: nothing points outside it, and docs/design.md's examples are real.
 
 The reference check scans every text file under README.md, pyproject.toml, docs, algorithms, sim,
-runners, tests and benchmarks for the old contract's name and for the sibling ``shared`` folder; the
-only exception is a line that reads the foreign schedule corpus (``shared/foreign``). The example
+runners, tests and benchmarks for the old contract's name and for the sibling ``shared`` folder, with no
+exception: the data the tests read is in the repository (tests/data). The folders copied there verbatim
+(tests/data/published, tests/data/foreign) are not scanned: they are others' files, kept as written. The example
 check takes the two ``json`` fenced blocks of docs/design.md, loads them with the real loaders,
 verifies the schedule and simulates it on the topology against a closed form worked by hand.
 """
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("README.md", "pyproject.toml", "docs", "algorithms", "sim", "runners", "tests", "benchmarks")
 # Built from pieces so that this file does not match itself.
 FORBIDDEN = ("DESIGN" + ".md", "shared" + "/")
-ALLOWED = "shared" + "/foreign"
+COPIES = (ROOT / "tests" / "data" / "published", ROOT / "tests" / "data" / "foreign")  # others' files, verbatim
 DESIGN = ROOT / "docs" / "design.md"
 
 
@@ -36,12 +37,13 @@ def _text_files() -> list[Path]:
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            files.extend(p for p in sorted(path.rglob("*")) if p.is_file() and "__pycache__" not in p.parts)
+            files.extend(p for p in sorted(path.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
+                         and not any(copy in p.parents for copy in COPIES))
     return files
 
 
 def outside_references(files: list[Path], root: Path = ROOT) -> list[str]:
-    """``path:line: text`` for every line naming the old contract or the shared folder (foreign corpus excepted)."""
+    """``path:line: text`` for every line naming the old contract or the shared folder."""
     found: list[str] = []
     for path in files:
         try:
@@ -49,7 +51,7 @@ def outside_references(files: list[Path], root: Path = ROOT) -> list[str]:
         except UnicodeDecodeError:
             continue  # binary files (images, compiled data) hold no reference a reader would follow
         for number, line in enumerate(text.splitlines(), 1):
-            if any(word in line for word in FORBIDDEN) and ALLOWED not in line:
+            if any(word in line for word in FORBIDDEN):
                 found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     return found
 
@@ -61,13 +63,19 @@ def test_nothing_refers_outside_the_repo() -> None:
 
 
 def test_the_reference_check_catches_a_bad_reference(tmp_path: Path) -> None:
-    # The scanner on files made here: the old contract is found, the foreign corpus is not.
+    # The scanner on files made here: the old contract and the sibling corpus are found, tests/data is not.
     bad = tmp_path / "bad.py"
     bad.write_text('"""See the contract in ../' + FORBIDDEN[1] + FORBIDDEN[0] + '."""\n', encoding="utf-8")
+    corpus = tmp_path / "corpus.py"
+    corpus.write_text('CORPUS = "../' + FORBIDDEN[1] + 'foreign/msccl"\n', encoding="utf-8")
     good = tmp_path / "good.py"
-    good.write_text('CORPUS = "../' + ALLOWED + '/msccl"\n', encoding="utf-8")
-    found = outside_references([bad, good], tmp_path)
-    assert len(found) == 1 and found[0].startswith("bad.py:1:"), found
+    good.write_text('CORPUS = ROOT / "tests/data/foreign/msccl"\n', encoding="utf-8")
+    found = outside_references([bad, corpus, good], tmp_path)
+    assert [f.split(":")[0] for f in found] == ["bad.py", "corpus.py"], found
+    # The verbatim copies are left out of the scan, and only they: this file and the refresh script are in it.
+    files = _text_files()
+    assert not any(copy in p.parents for p in files for copy in COPIES)
+    assert Path(__file__).resolve() in files and ROOT / "tests" / "data" / "refresh.py" in files
 
 
 # A citation: the design's path, then a comma or an opening parenthesis, then the heading in double quotes

@@ -15,7 +15,7 @@ from sim.topology import from_spec
 from sim.topology.gpus import node_size
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
-SHARED = ROOT.parent / "shared" / "published"
+PUBLISHED = ROOT / "tests" / "data" / "published"
 
 
 @pytest.mark.parametrize(("spec", "gpus", "nvlink", "nic"), [
@@ -99,10 +99,7 @@ def test_hierarchical_groups_by_node(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def _table(name: str):  # type: ignore[no-untyped-def]
-    path = SHARED / name
-    if not path.is_file():
-        pytest.skip(f"{path} is absent (the shared published tables)")
-    return load_table(path)
+    return load_table(PUBLISHED / name)
 
 
 def test_published_single_node_tables() -> None:

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from sim.machine.nccl import simulate_nccl
 from sim.machine.published import load_table
 from sim.topology import from_spec
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
-TABLE = ROOT.parent / "shared" / "published" / "h100_2x8_allreduce_nccltests309_default.tsv"
+TABLE = ROOT / "tests" / "data" / "published" / "h100_2x8_allreduce_nccltests309_default.tsv"
 
 
 def test_two_node_nvls_tree_runs_in_lockstep_and_meets_the_table() -> None:
-    if not TABLE.is_file():
-        pytest.skip(f"{TABLE} is absent (the shared published tables)")
     size = 64 << 20
     measured = dict(load_table(TABLE).rows)[size]  # 466.1 us, NCCL 2.26.2 default (NVLSTree at this size)
     run = simulate_nccl("allreduce", from_spec("dgx-h100:2"), size, algo="nvls_tree", mode="dataflow")

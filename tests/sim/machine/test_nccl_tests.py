@@ -1,6 +1,6 @@
 """nccl-tests logs copied from public issues (tests/sim/machine/data, the source at the top of each) parse into
-the fields read by eye from them; the shared published tables read into the same structure; bad lines are
-errors that name the file and line."""
+the fields read by eye from them; the published tables (tests/data/published) read into the same structure; bad
+lines are errors that name the file and line."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sim.machine.nccl_tests import NcclTestsError, Timing, load, parse, parse_al
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 DATA = ROOT / "tests" / "sim" / "machine" / "data"
-PUBLISHED = ROOT.parent / "shared" / "published"
+PUBLISHED = ROOT / "tests" / "data" / "published"
 
 
 def test_a_modern_all_reduce_log_with_its_headers() -> None:
@@ -112,9 +112,7 @@ def test_a_published_table_reads_into_the_same_structure(tmp_path: Path) -> None
         read_published(p)
 
 
-def test_the_shared_published_tables() -> None:
-    if not PUBLISHED.is_dir():
-        pytest.skip(f"no shared published tables at {PUBLISHED}")
+def test_the_published_tables() -> None:
     ring = read_published(PUBLISHED / "h100_2x8_allreduce_nccltests309_ring.tsv")
     # Read by eye from the file: 2x8 H100, first row 1 MiB in 156.9 us, busbw 12.53.
     assert (ring.collective, ring.nodes, ring.ranks) == ("allreduce", 2, 16)
