@@ -66,7 +66,9 @@ class Cost:
 
     tests/algorithms/library/test_library_costs.py measures all four from the schedule's transfers and
     checks them against these functions exactly for p = 1..64 (where the
-    formula text says ≤, as an upper bound).
+    formula text says ≤, as an upper bound); ``sim.engine.closed_form.check_cost`` (``collsched verify
+    --cost``) does the same for any registered algorithm, yours included, and times the schedule on a
+    switch against the closed form.
     """
 
     formula: str
@@ -117,7 +119,7 @@ class Algorithm:
         """The module that registered it (the builder's ``__module__``): where to look when it misbehaves."""
         return str(getattr(self.builder, "__module__", None) or "?")
 
-    def unsupported(self, ranks: int, params: Mapping[str, int] | None = None) -> str | None:
+    def unsupported(self, ranks: int, params: Mapping[str, int | str] | None = None) -> str | None:
         """Why this algorithm cannot serve ``ranks`` with ``params``, or None when it can."""
         if self.check is None:
             return None

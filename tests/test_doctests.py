@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 MODULES = ("algorithms", "algorithms.builder", "algorithms.formats.files", "sim.verify", "sim.engine",
-           "sim.bounds", "sim.cli.app")
+           "sim.engine.closed_form", "sim.bounds", "sim.cli.app")
 
 
 @pytest.fixture

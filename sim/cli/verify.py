@@ -7,13 +7,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from algorithms.errors import ScheduleError
+from algorithms.errors import ScheduleError, UsageError
 from sim.cli.common import add_common_args, add_schedule_args, is_msccl, schedule_from_args
 
 __all__ = ["add_parser"]
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.cost:
+        return _cmd_cost(args)
     from sim.verify.verifier import verify
 
     findings: list[Any] = []
@@ -48,6 +50,39 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _cmd_cost(args: argparse.Namespace) -> int:
+    """``verify --cost``: the algorithm's closed-form Cost against its schedules
+    (``sim.engine.closed_form.check_cost``): exit 0 when every case agrees, 1 when one does not, 2 when the cost
+    cannot be evaluated or nothing is checked."""
+    from algorithms import registry
+    from sim.cli.common import root_for
+    from sim.engine.closed_form import check_cost
+
+    if getattr(args, "file", None):
+        raise UsageError("--cost checks a registered algorithm's Cost: name it with --collective and --algorithm, "
+                         "not --file")
+    missing = [o for o in ("collective", "algorithm") if getattr(args, o, None) is None]
+    if missing:
+        raise UsageError(f"--cost: missing --{', --'.join(missing)}")
+    if args.matrix is not None:
+        raise UsageError("--cost checks the uniform matrix of an alltoallv's Cost: no --matrix")
+    root_for(args.collective, args.root)  # --root of a kind without one is refused
+    params: dict[str, Any] = dict(args.param)
+    if args.chunks is not None:
+        params["chunks"] = args.chunks
+    ranks = [args.ranks] if args.ranks is not None else range(1, 17)
+    check = check_cost(args.collective, args.algorithm, ranks=ranks, params=params,
+                       roots=None if args.root is None else [args.root])
+    if check.error is not None:
+        raise UsageError(check.error)
+    if not check.cases:
+        alg = registry.get(args.collective, args.algorithm)
+        why = alg.refusal(ranks[0], params) if args.ranks is not None else None
+        raise UsageError(why or f"{alg.kind}/{alg.name} serves none of p = 1..16 with these parameters")
+    print(json.dumps(check.to_dict()) if args.json else check.text())
+    return 0 if check.ok else 1
+
+
 def _print_check(findings: Sequence[Any]) -> None:
     """``MSCCL check: E errors, W warnings``, then each finding."""
     errors = sum(1 for f in findings if f.severity == "error")
@@ -76,5 +111,10 @@ def add_parser(subparsers: Any) -> None:
     """Register ``collsched verify``."""
     p = subparsers.add_parser("verify", help="verify a schedule symbolically against its postcondition")
     add_schedule_args(p)
-    add_common_args(p, json_help='print {"ok", "violations", "transfers", "steps"}')
+    p.add_argument("--cost", action="store_true",
+                   help="check the algorithm's closed-form Cost instead: its terms against the schedule's transfers "
+                        "and its time against a lockstep simulation on switch:p, for -p P or p = 1..16 (exit 1 on "
+                        "a mismatch; sim.engine.closed_form.check_cost)")
+    add_common_args(p, json_help='print {"ok", "violations", "transfers", "steps"} (--cost: {"ok", "cases", '
+                                 '"mismatches", ...})')
     p.set_defaults(func=_cmd_verify)

@@ -6,14 +6,16 @@ carries its cost (``algorithms.registry.Cost``): steps on the critical path,
 bytes on it, bytes reduced on it. ``predict`` evaluates one; ``predict_all``
 lists every algorithm of a kind; ``compare`` puts a simulated time beside it.
 On a contention-free network (every step's messages on disjoint links of
-equal latency α and bandwidth 1/β) the simulator must agree to rounding.
+equal latency α and bandwidth 1/β) the simulator must agree to rounding:
+``check_cost`` checks an algorithm's cost so, term by term against its schedules' transfers and in time
+against the simulator on ``switch:p`` (``collsched verify --cost``).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from algorithms import registry
@@ -21,7 +23,8 @@ from algorithms.errors import RegistryError
 from algorithms.ir import Kind
 from sim.topology import Topology
 
-__all__ = ["Prediction", "compare", "cost_failure", "predict", "predict_all", "relative_error", "route_alpha_beta"]
+__all__ = ["CostCase", "CostCheck", "Prediction", "check_cost", "compare", "cost_failure", "predict", "predict_all",
+           "relative_error", "route_alpha_beta"]
 
 
 @dataclass(frozen=True)
@@ -123,3 +126,193 @@ def route_alpha_beta(topology: Topology, src: int = 0, dst: int = 1) -> tuple[fl
     alpha = sum(topology.latency(u, v) for u, v in itertools.pairwise(path))
     bw = min(topology.bandwidth(u, v) for u, v in itertools.pairwise(path))
     return alpha, 1.0 / bw
+
+
+# -- check_cost: a Cost against the schedules it describes -----------------------------------------------------------
+
+TERMS = ("steps", "bytes", "reduced", "sent_per_rank")
+"""What a ``Cost`` states, in the order ``check_cost`` reports them."""
+
+
+@dataclass(frozen=True)
+class CostCase:
+    """One world size and parameter set of ``check_cost``: the terms measured from the schedule's transfers and
+    the ones the formula gives (bytes at the check's message size), and the lockstep time on ``switch:p``
+    beside the closed form's at the same α, β (γ = 0). ``problems`` says what disagrees (empty: nothing)."""
+
+    ranks: int
+    params: dict[str, int | str]
+    root: int | None
+    measured: dict[str, float]
+    formula: dict[str, float]
+    simulated_s: float
+    closed_form_s: float
+    problems: tuple[str, ...]
+
+    def where(self) -> str:
+        """``p=4 chunks=2 root=1``: the case, as the report names it."""
+        extra = "".join(f" {k}={v}" for k, v in self.params.items())
+        return f"p={self.ranks}{extra}" + (f" root={self.root}" if self.root is not None else "")
+
+
+@dataclass(frozen=True)
+class CostCheck:
+    """What ``check_cost`` found: ``ok`` when every case agrees and the cost could be evaluated."""
+
+    kind: Kind
+    algorithm: str
+    module: str
+    formula: str
+    size: float
+    """The message size n of every case, in bytes."""
+    cases: tuple[CostCase, ...]
+    skipped: tuple[int, ...] = ()
+    """World sizes the algorithm cannot serve with the parameters given (its registry check refuses them)."""
+    error: str | None = None
+    """Why the cost could not be evaluated at all (it raises; ``cost_failure``), else None."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(not c.problems for c in self.cases)
+
+    @property
+    def mismatches(self) -> list[str]:
+        """One line per disagreement, ``p=4 chunks=1: bytes measured 1572864, formula 786432``."""
+        return [f"{c.where()}: {problem}" for c in self.cases for problem in c.problems]
+
+    def text(self, limit: int | None = 20) -> str:
+        """The report: the algorithm, its module and formula, what was checked, then OK or the mismatches."""
+        lines = [f"{self.kind}/{self.algorithm} (module {self.module}): Cost {self.formula}"]
+        if self.error is not None:
+            lines.append(f"  cannot evaluate: {self.error}")
+            return "\n".join(lines)
+        ranks = sorted({c.ranks for c in self.cases})
+        span = f"p = {ranks[0]}..{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1 \
+            else f"p = {', '.join(map(str, ranks))}" if ranks else "no world size"
+        lines.append(f"  {len(self.cases)} case(s), {span}, n = {self.size:.10g} bytes: the terms measured from the "
+                     "schedule's transfers (one send and one receive port per rank) and the lockstep time on "
+                     "switch:p (α = 2 us, β = 1/10 GB/s, γ = 0) against the formula")
+        if self.skipped:
+            lines.append(f"  skipped p = {', '.join(map(str, self.skipped))} (the algorithm's check refuses them)")
+        bad = self.mismatches
+        lines += [f"  {m}" for m in bad[:limit]]
+        if limit is not None and len(bad) > limit:
+            lines.append(f"  ... and {len(bad) - limit} more")
+        lines.append("  OK" if self.ok else f"  {len(bad)} mismatch(es)")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, object]:
+        """``{"ok", "kind", "algorithm", "module", "formula", "size", "ranks", "cases", "skipped", "mismatches",
+        "error"}``."""
+        return {"ok": self.ok, "kind": self.kind.value, "algorithm": self.algorithm, "module": self.module,
+                "formula": self.formula, "size": self.size, "ranks": sorted({c.ranks for c in self.cases}),
+                "cases": len(self.cases), "skipped": list(self.skipped), "mismatches": self.mismatches,
+                "error": self.error}
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+_CHECK_LATENCY, _CHECK_BANDWIDTH = 1e-6, 10e9  # switch:p's links in check_cost: α = 2 links' latency
+
+
+def _terms_in_chunks(schedule: object) -> dict[str, int]:
+    """Steps, bytes, reduced and sent_per_rank of a schedule in chunks, in ``Cost``'s model: a step costs α when
+    it moves data between ranks; β on the most chunks one rank sends or receives in it; γ on the most one rank
+    reduces in it; sent_per_rank: the most one rank sends in all."""
+    import numpy as np
+
+    from algorithms.ir import OPS, Op
+
+    p, c = schedule.ranks, schedule.columns()  # type: ignore[attr-defined]
+    steps = len(c.step_offsets) - 1
+    if steps == 0:
+        return {"steps": 0, "bytes": 0, "reduced": 0, "sent_per_rank": 0}
+    step = np.repeat(np.arange(steps), np.diff(c.step_offsets))
+    count = c.count.astype(np.int64)
+    net = np.where(c.src != c.dst, count, 0)
+
+    def per_step(rank: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        return np.bincount(step * p + rank, weights=weight, minlength=steps * p).reshape(steps, p).astype(np.int64)
+
+    sent, received = per_step(c.src, net), per_step(c.dst, net)
+    reduced = per_step(c.dst, np.where(c.op == OPS.index(Op.REDUCE), count, 0))
+    return {"steps": int((sent.sum(axis=1) > 0).sum()), "bytes": int(np.maximum(sent, received).max(axis=1).sum()),
+            "reduced": int(reduced.max(axis=1).sum()), "sent_per_rank": int(sent.sum(axis=0).max())}
+
+
+def _agrees(measured: float, formula: float, bound: bool) -> bool:
+    tol = 1e-9 * max(1.0, abs(formula), abs(measured))
+    return measured <= formula + tol if bound else abs(measured - formula) <= tol
+
+
+def check_cost(kind: Kind | str, name: str, *, ranks: Iterable[int] = range(1, 17),
+               params: Mapping[str, int | str] | None = None, size: float = float(1 << 20),
+               roots: Iterable[int] | None = None) -> CostCheck:
+    """Check ``kind``/``name``'s closed-form ``Cost`` against the schedules it builds.
+
+    For every world size of ``ranks`` the algorithm serves, every chunk count (``params["chunks"]`` if given,
+    else 1 and 2) and, for rooted kinds, each root of ``roots`` (default: 0, p//2 and p-1), the schedule is
+    built and checked twice: its steps, bytes, reduced bytes and bytes sent per rank, measured from its
+    transfers in the ``Cost`` model (one send and one receive port per rank), must equal the formula's at
+    n = ``size``; and simulated in lockstep on ``switch:p`` (every rank one link up and one down, 1 us and
+    10 GB/s each: α = 2 us, β = 1 / 10 GB/s, reductions free), where the closed form holds, its time must equal
+    the closed form's. Where the formula text says ``≤``, bytes, reduced and sent_per_rank are upper bounds
+    (measured and simulated may be lower). Schedules with switch operations are refused (their model is the
+    switch's: tests/algorithms/library/test_innetwork_costs.py).
+
+    ``RegistryError`` when the algorithm is unknown or has no cost; a cost that raises is ``CostCheck.error``.
+
+    >>> check_cost("allreduce", "ring", ranks=range(2, 6)).ok
+    True
+    """
+    from algorithms.ir import ROOTED_KINDS
+    from sim.engine.reference import chunk_bytes, simulate
+    from sim.topology import single_switch
+
+    alg = registry.get(kind, name)
+    if alg.cost is None:
+        raise RegistryError(f"{alg.kind}/{alg.name} has no closed-form cost")
+    given = dict(params or {})
+    declared = {p.name for p in alg.parameters}
+    chunk_counts: tuple[int | None, ...] = ((given.pop("chunks"),) if "chunks" in given  # type: ignore[assignment]
+                                           else (1, 2) if "chunks" in declared else (None,))
+    bound = "≤" in alg.cost.formula
+    cases: list[CostCase] = []
+    skipped: list[int] = []
+    for p in ranks:
+        for k in chunk_counts:
+            case_params: dict[str, int | str] = {**given, **({} if k is None else {"chunks": k})}
+            if alg.unsupported(p, case_params) is not None:
+                if p not in skipped:
+                    skipped.append(p)
+                continue
+            resolved = alg.resolve(case_params)
+            failure = cost_failure(alg, p, size, resolved)
+            if failure is not None:
+                return CostCheck(alg.kind, alg.name, alg.module, alg.cost.formula, size, tuple(cases), (), failure)
+            rooted = alg.kind in ROOTED_KINDS
+            for root in (sorted({r for r in (roots if roots is not None else (0, p // 2, p - 1)) if 0 <= r < p})
+                         if rooted else [None]):
+                schedule = alg.build(p, root=root, **case_params)
+                if schedule.switch_ops:
+                    raise RegistryError(f"{alg.kind}/{alg.name}: its schedules use switch operations, which "
+                                        "check_cost does not model (the transfers alone are not its cost)")
+                unit = chunk_bytes(schedule.collective, size)
+                measured = {t: v * unit if t != "steps" else float(v) for t, v in _terms_in_chunks(schedule).items()}
+                fns = {t: getattr(alg.cost, t) for t in TERMS}
+                formula = {t: float(fn(p, size, resolved)) for t, fn in fns.items() if fn is not None}
+                problems = [f"{t} measured {measured[t]:.10g}, formula {'≤ ' if bound and t != 'steps' else ''}"
+                            f"{formula[t]:.10g}" for t in formula
+                            if not _agrees(measured[t], formula[t], bound and t != "steps")]
+                run = simulate(schedule, single_switch(p, bandwidth=_CHECK_BANDWIDTH, latency=_CHECK_LATENCY),
+                               size, mode="lockstep")
+                closed = formula["steps"] * 2 * _CHECK_LATENCY + formula["bytes"] / _CHECK_BANDWIDTH
+                if not run.ok:
+                    problems.append("the simulated run breaks the postcondition (collsched verify says where)")
+                if not _agrees(run.time, closed, bound):
+                    ratio = f"{run.time / closed:.4f}" if closed > 0 else "-"
+                    problems.append(f"simulated {run.time:.6g} s on switch:{p}, closed form {closed:.6g} s "
+                                    f"(simulated / closed form {ratio})")
+                cases.append(CostCase(p, case_params, root, measured, formula, run.time, closed, tuple(problems)))
+    return CostCheck(alg.kind, alg.name, alg.module, alg.cost.formula, size, tuple(cases), tuple(skipped))
