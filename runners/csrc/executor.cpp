@@ -1,4 +1,4 @@
-// collsched's native executor: runs one rank's compiled plan (runners.execution.plan.RankPlan, as arrays) over the
+// collsched's native executor: runs one rank's compiled plan (plan.h) over the
 // inner c10d backend with no Python and without the GIL.
 //
 // The two engines are those of runners/execution/executors.py, step for step: "grouped" (one group of sends and
@@ -13,42 +13,20 @@
 // coalesced group on the backend (ProcessGroupNCCL) and waits on its Work, which makes the current stream
 // wait (the host does not block). That path compiles on every torch build; it has only run on CPU.
 
+#include "executor.h"
+
 #include <ATen/ATen.h>
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <map>
-#include <set>
-#include <string>
-#include <tuple>
 #include <utility>
-#include <vector>
 
-#include "check.h"
-
-namespace py = pybind11;
-using collsched_check::Check;
+namespace collsched {
 
 namespace {
-
-enum Role : int { SEND = 0, RECV = 1, LOCAL = 2 };
-// MISMATCH: the stall watch found ranks whose arguments differ (runners/csrc/check.h); text: the rows seen.
-enum Status : int { OK = 0, FAILED = 1, TIMED_OUT = 2, INTERNAL = 3, MISMATCH = 4 };
-// Op codes: runners.execution.arguments.OP_NAMES indices; TOKEN: a barrier's token (no arithmetic).
-enum OpCode : int { SUM = 0, PRODUCT = 1, MIN = 2, MAX = 3, AVG = 4, BAND = 5, BOR = 6, BXOR = 7, TOKEN = -2 };
-
-using Clock = std::chrono::steady_clock;
-
-struct Item {
-  int64_t tag, step, role, peer, staged, src_buf, src_index, dst_buf, dst_index, count, reduce;
-};
 
 // A run's failure: the item it concerns and the backend's text.
 struct Failure {
@@ -133,380 +111,351 @@ void watched_wait(const std::shared_ptr<Check>& check, const c10::intrusive_ptr<
   if (!done) throw Failure{FAILED, item, "aborted"};
 }
 
-// One rank's plan, converted once from runners.execution.plan.RankPlan (see runners/execution/native.py).
-class Plan {
- public:
-  Plan(const std::vector<std::vector<int64_t>>& items, std::vector<std::vector<int64_t>> deps,
-       std::vector<std::vector<int64_t>> after, std::vector<std::vector<int64_t>> dependents,
-       std::vector<std::vector<int64_t>> readers, std::vector<int64_t> staged_recvs, int64_t budget)
-      : dependents_(std::move(dependents)), readers_(std::move(readers)),
-        staged_recvs_(std::move(staged_recvs)), budget_(budget) {
-    for (const auto& r : items) {
-      TORCH_CHECK(r.size() == 11, "collsched native plan: an item needs 11 fields, got ", r.size());
-      items_.push_back({r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10]});
-    }
-    for (const auto& d : deps) ndeps_.push_back(static_cast<int64_t>(d.size()));
-    for (const auto& a : after) nafter_.push_back(static_cast<int64_t>(a.size()));
-  }
+// One run of a plan: the two engines of runners/execution/executors.py.
+struct Engine {
+  const Plan& plan;
+  std::vector<at::Tensor> bufs;
+  int64_t s;
+  c10::intrusive_ptr<c10d::Backend> backend;
+  at::Tensor arena;
+  int64_t op;
+  Clock::time_point deadline;
+  at::ScalarType dtype;
+  bool cuda;
+  std::shared_ptr<Check> check;  // null: an unchecked run (no salt, no watch)
+  int64_t salt = 0;
 
-  int64_t size() const { return static_cast<int64_t>(items_.size()); }
-
-  // Runs the plan; (status, item, text) as described at the top of the file.
-  std::tuple<int, int64_t, std::string> run(const std::vector<at::Tensor>& bufs, int64_t s,
-                                            const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
-                                            const at::Tensor& arena, int64_t op, double seconds,
-                                            bool dataflow, std::shared_ptr<Check> check) {
-    Engine engine(*this, bufs, s, pg, arena, op, seconds, check);
-    collsched_check::Watched watched(check);
-    try {
-      if (dataflow) {
-        engine.dataflow();
-      } else {
-        engine.grouped();
+  Engine(const Plan& p, const std::vector<at::Tensor>& b, int64_t s_, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+         const at::Tensor& arena_, int64_t op_, double seconds, std::shared_ptr<Check> check_)
+      : plan(p), bufs(b), s(s_), arena(arena_), op(op_), check(std::move(check_)) {
+    if (check) salt = check->salt;
+    const at::Tensor* ref = nullptr;
+    for (const auto& t : bufs) {
+      if (t.defined()) {
+        ref = &t;
+        break;
       }
-    } catch (const Failure& f) {
-      return {f.status, f.item, f.text};
-    } catch (const std::exception& e) {
-      return {INTERNAL, -1, e.what()};
     }
-    if (check && check->store) check->forget();
-    return {OK, -1, ""};
+    TORCH_CHECK(ref != nullptr, "collsched native executor: no buffer");
+    dtype = ref->scalar_type();
+    cuda = ref->is_cuda();
+    backend = pg->getBackend(ref->device().type());
+    deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
   }
 
- private:
-  struct Engine {
-    const Plan& plan;
-    std::vector<at::Tensor> bufs;
-    int64_t s;
-    c10::intrusive_ptr<c10d::Backend> backend;
-    at::Tensor arena;
-    int64_t op;
-    Clock::time_point deadline;
-    at::ScalarType dtype;
-    bool cuda;
-    std::shared_ptr<Check> check;  // null: an unchecked run (no salt, no watch)
-    int64_t salt = 0;
+  at::Tensor slot(int64_t buf, int64_t index, int64_t count) const {
+    return bufs[static_cast<size_t>(buf)].narrow(0, index * s, count * s);
+  }
+  at::Tensor src(const Item& it) const { return slot(it.src_buf, it.src_index, it.count); }
+  at::Tensor dst(const Item& it) const { return slot(it.dst_buf, it.dst_index, it.count); }
 
-    Engine(const Plan& p, const std::vector<at::Tensor>& b, int64_t s_, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
-           const at::Tensor& arena_, int64_t op_, double seconds, std::shared_ptr<Check> check_)
-        : plan(p), bufs(b), s(s_), arena(arena_), op(op_), check(std::move(check_)) {
-      if (check) salt = check->salt;
-      const at::Tensor* ref = nullptr;
-      for (const auto& t : bufs) {
-        if (t.defined()) {
-          ref = &t;
-          break;
+  static at::Tensor bytes(const at::Tensor& t) {
+    // Messages travel as bytes: every dtype moves the same way on every backend.
+    return t.scalar_type() == at::kByte ? t : t.view(at::kByte);
+  }
+
+  [[noreturn]] static void fail(int64_t i, const std::exception& e) {
+    std::string text = e.what();
+    auto nl = text.find('\n');
+    if (nl != std::string::npos) text = text.substr(0, nl);
+    throw Failure{FAILED, i, text};
+  }
+
+  c10::intrusive_ptr<c10d::Work> isend(int64_t i, const at::Tensor& t) {
+    std::vector<at::Tensor> v{bytes(t)};
+    try {
+      return backend->send(v, static_cast<int>(plan.items()[i].peer), static_cast<int>(plan.items()[i].tag | salt));
+    } catch (const std::exception& e) {  // posting to a pair whose peer is gone fails at once
+      fail(i, e);
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Work> irecv(int64_t i, const at::Tensor& into) {
+    std::vector<at::Tensor> v{bytes(into)};
+    try {
+      return backend->recv(v, static_cast<int>(plan.items()[i].peer), static_cast<int>(plan.items()[i].tag | salt));
+    } catch (const std::exception& e) {
+      fail(i, e);
+    }
+  }
+
+  void wait(int64_t i, const c10::intrusive_ptr<c10d::Work>& work) const {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) throw Failure{TIMED_OUT, i, "timed out"};
+    watched_wait(check, work, left, i);
+  }
+
+  void combine(at::Tensor d, const at::Tensor& data) const {
+    switch (op) {
+      case TOKEN: return;  // a barrier token carries no data: receiving it is the whole point
+      case PRODUCT: d.mul_(data); return;
+      case MIN: at::minimum_out(d, d, data); return;
+      case MAX: at::maximum_out(d, d, data); return;
+      case BAND: d.bitwise_and_(data); return;
+      case BOR: d.bitwise_or_(data); return;
+      case BXOR: d.bitwise_xor_(data); return;
+      default: d.add_(data); return;  // SUM, AVG (divided afterwards) and unnamed ops
+    }
+  }
+
+  void apply(const Item& it, const at::Tensor& data) const {
+    if (it.reduce) {
+      combine(dst(it), data);
+    } else {
+      dst(it).copy_(data);
+    }
+  }
+
+  void local(const Item& it) const {
+    at::Tensor from = src(it);
+    if (it.src_buf == it.dst_buf && std::abs(it.src_index - it.dst_index) < it.count) {
+      from = from.clone();  // overlapping ranges of one buffer
+    }
+    apply(it, from);
+  }
+
+  int64_t unit() const { return s * c10::elementSize(dtype); }
+
+  // ------------------------------------------------------------------ grouped
+  void grouped() {
+    const auto& items = plan.items();
+    const int64_t n = static_cast<int64_t>(items.size());
+    const bool batched = cuda && backend->supportsCoalescing();
+    std::unique_ptr<Carver> carver;
+    if (!cuda && plan.budget() > 0) {
+      carver = std::make_unique<Carver>(arena, unit(), plan.budget(), dtype);
+    }
+    int64_t i = 0;
+    while (i < n) {
+      int64_t j = i;
+      while (j < n && items[j].step == items[i].step) ++j;
+      std::vector<std::pair<int64_t, at::Tensor>> ops;
+      std::map<int64_t, std::pair<at::Tensor, int64_t>> held;  // item -> (data, carver slot)
+      std::vector<int64_t> later;  // unstaged locals: their destination is read by nothing in this step
+      for (int64_t k = i; k < j; ++k) {
+        const Item& it = items[k];
+        if (it.role == SEND) {
+          ops.emplace_back(k, src(it));
+        } else if (it.role == RECV) {
+          if (it.staged) {
+            std::pair<at::Tensor, int64_t> h;
+            if (carver) {
+              h = carver->take(it.count);
+            } else {
+              h = {at::empty({it.count * s}, bufs_options()), -1};
+            }
+            held[k] = h;
+            ops.emplace_back(k, h.first);
+          } else {
+            ops.emplace_back(k, dst(it));
+          }
+        } else if (it.staged) {
+          held[k] = {src(it).clone(), -1};  // snapshot before any write of the step lands
+        } else {
+          later.push_back(k);
         }
       }
-      TORCH_CHECK(ref != nullptr, "collsched native executor: no buffer");
-      dtype = ref->scalar_type();
-      cuda = ref->is_cuda();
-      backend = pg->getBackend(ref->device().type());
-      deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
-    }
-
-    at::Tensor slot(int64_t buf, int64_t index, int64_t count) const {
-      return bufs[static_cast<size_t>(buf)].narrow(0, index * s, count * s);
-    }
-    at::Tensor src(const Item& it) const { return slot(it.src_buf, it.src_index, it.count); }
-    at::Tensor dst(const Item& it) const { return slot(it.dst_buf, it.dst_index, it.count); }
-
-    static at::Tensor bytes(const at::Tensor& t) {
-      // Messages travel as bytes: every dtype moves the same way on every backend.
-      return t.scalar_type() == at::kByte ? t : t.view(at::kByte);
-    }
-
-    [[noreturn]] static void fail(int64_t i, const std::exception& e) {
-      std::string text = e.what();
-      auto nl = text.find('\n');
-      if (nl != std::string::npos) text = text.substr(0, nl);
-      throw Failure{FAILED, i, text};
-    }
-
-    c10::intrusive_ptr<c10d::Work> isend(int64_t i, const at::Tensor& t) {
-      std::vector<at::Tensor> v{bytes(t)};
-      try {
-        return backend->send(v, static_cast<int>(plan.items_[i].peer), static_cast<int>(plan.items_[i].tag | salt));
-      } catch (const std::exception& e) {  // posting to a pair whose peer is gone fails at once
-        fail(i, e);
-      }
-    }
-
-    c10::intrusive_ptr<c10d::Work> irecv(int64_t i, const at::Tensor& into) {
-      std::vector<at::Tensor> v{bytes(into)};
-      try {
-        return backend->recv(v, static_cast<int>(plan.items_[i].peer), static_cast<int>(plan.items_[i].tag | salt));
-      } catch (const std::exception& e) {
-        fail(i, e);
-      }
-    }
-
-    void wait(int64_t i, const c10::intrusive_ptr<c10d::Work>& work) const {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) throw Failure{TIMED_OUT, i, "timed out"};
-      watched_wait(check, work, left, i);
-    }
-
-    void combine(at::Tensor d, const at::Tensor& data) const {
-      switch (op) {
-        case TOKEN: return;  // a barrier token carries no data: receiving it is the whole point
-        case PRODUCT: d.mul_(data); return;
-        case MIN: at::minimum_out(d, d, data); return;
-        case MAX: at::maximum_out(d, d, data); return;
-        case BAND: d.bitwise_and_(data); return;
-        case BOR: d.bitwise_or_(data); return;
-        case BXOR: d.bitwise_xor_(data); return;
-        default: d.add_(data); return;  // SUM, AVG (divided afterwards) and unnamed ops
-      }
-    }
-
-    void apply(const Item& it, const at::Tensor& data) const {
-      if (it.reduce) {
-        combine(dst(it), data);
+      std::vector<std::pair<int64_t, c10::intrusive_ptr<c10d::Work>>> works;
+      if (batched && !ops.empty()) {
+        try {
+          backend->startCoalescing();
+        } catch (const std::exception& e) {
+          fail(ops[0].first, e);
+        }
+        for (auto& [k, t] : ops) {
+          if (items[k].role == SEND) {
+            isend(k, t);
+          } else {
+            irecv(k, t);
+          }
+        }
+        c10::intrusive_ptr<c10d::Work> w;
+        try {
+          w = backend->endCoalescing();
+        } catch (const std::exception& e) {
+          fail(ops[0].first, e);
+        }
+        works.emplace_back(ops[0].first, w);
       } else {
-        dst(it).copy_(data);
+        for (auto& [k, t] : ops) {
+          works.emplace_back(k, items[k].role == SEND ? isend(k, t) : irecv(k, t));
+        }
+      }
+      for (int64_t k : later) local(items[k]);
+      for (auto& [k, w] : works) {
+        if (cuda) {
+          try {
+            w->wait();  // the current stream waits; the host does not
+          } catch (const std::exception& e) {
+            fail(k, e);
+          }
+        } else {
+          wait(k, w);
+        }
+      }
+      for (auto& [k, h] : held) {  // std::map: program order
+        apply(items[k], h.first);
+        if (carver && items[k].role == RECV) carver->give(h.second, items[k].count);
+      }
+      i = j;
+    }
+  }
+
+  at::TensorOptions bufs_options() const {
+    for (const auto& t : bufs) {
+      if (t.defined()) return t.options();
+    }
+    return at::TensorOptions().dtype(dtype);
+  }
+
+  // ------------------------------------------------------------------ dataflow (gloo)
+  void dataflow() {
+    const auto& items = plan.items();
+    const int64_t n = static_cast<int64_t>(items.size());
+    int64_t budget = plan.budget();
+    std::vector<int64_t> deps_left(plan.ndeps()), after_left(plan.nafter());
+    std::vector<char> arrived(static_cast<size_t>(n), 0);
+    std::map<int64_t, c10::intrusive_ptr<c10d::Work>> works;  // ordered: the earliest is begin()
+    std::map<int64_t, at::Tensor> held;  // staging buffers and local snapshots
+    std::map<int64_t, int64_t> slots;    // carver slot of each staged receive's buffer
+    Carver carver(arena.defined() ? arena : at::empty({0}, bufs_options().dtype(at::kByte)), unit(),
+                  plan.budget(), dtype);
+    const auto& staged = plan.staged_recvs();
+    size_t next_staged = 0;
+    int64_t done = 0;
+    enum Event : int { DEPS = 0, APPLY = 1, READ = 2, COMPLETE = 3 };
+    std::vector<std::pair<int, int64_t>> todo;  // an explicit queue: chains of local transfers can be long
+
+    auto post_staged = [&]() {
+      while (next_staged < staged.size()) {
+        int64_t i = staged[next_staged];
+        int64_t count = items[i].count;
+        if (count > budget) return;
+        budget -= count;
+        auto [t, slot_] = carver.take(count);
+        held[i] = t;
+        slots[i] = slot_;
+        works[i] = irecv(i, t);
+        ++next_staged;
+      }
+    };
+
+    // The ready items are taken (todo is a stack) receives first, then sends, then local transfers, each
+    // in program order: a receive posted early lets gloo's pair tell its peer at once, so the matching
+    // send goes out without waiting for that word (gloo's own collectives post receives first too), and
+    // local copies overlap the messages in flight.
+    for (int role : {LOCAL, SEND, RECV}) {
+      for (int64_t i = n - 1; i >= 0; --i) {
+        if (deps_left[i] == 0 && items[i].role == role) todo.emplace_back(DEPS, i);
       }
     }
-
-    void local(const Item& it) const {
-      at::Tensor from = src(it);
-      if (it.src_buf == it.dst_buf && std::abs(it.src_index - it.dst_index) < it.count) {
-        from = from.clone();  // overlapping ranges of one buffer
-      }
-      apply(it, from);
-    }
-
-    int64_t unit() const { return s * c10::elementSize(dtype); }
-
-    // ------------------------------------------------------------------ grouped
-    void grouped() {
-      const auto& items = plan.items_;
-      const int64_t n = static_cast<int64_t>(items.size());
-      const bool batched = cuda && backend->supportsCoalescing();
-      std::unique_ptr<Carver> carver;
-      if (!cuda && plan.budget_ > 0) {
-        carver = std::make_unique<Carver>(arena, unit(), plan.budget_, dtype);
-      }
-      int64_t i = 0;
-      while (i < n) {
-        int64_t j = i;
-        while (j < n && items[j].step == items[i].step) ++j;
-        std::vector<std::pair<int64_t, at::Tensor>> ops;
-        std::map<int64_t, std::pair<at::Tensor, int64_t>> held;  // item -> (data, carver slot)
-        std::vector<int64_t> later;  // unstaged locals: their destination is read by nothing in this step
-        for (int64_t k = i; k < j; ++k) {
-          const Item& it = items[k];
+    post_staged();
+    while (done < n) {
+      while (!todo.empty()) {
+        auto [ev, i] = todo.back();
+        todo.pop_back();
+        const Item& it = items[i];
+        if (ev == DEPS) {
           if (it.role == SEND) {
-            ops.emplace_back(k, src(it));
+            works[i] = isend(i, src(it));
           } else if (it.role == RECV) {
             if (it.staged) {
-              std::pair<at::Tensor, int64_t> h;
-              if (carver) {
-                h = carver->take(it.count);
-              } else {
-                h = {at::empty({it.count * s}, bufs_options()), -1};
-              }
-              held[k] = h;
-              ops.emplace_back(k, h.first);
-            } else {
-              ops.emplace_back(k, dst(it));
-            }
-          } else if (it.staged) {
-            held[k] = {src(it).clone(), -1};  // snapshot before any write of the step lands
-          } else {
-            later.push_back(k);
-          }
-        }
-        std::vector<std::pair<int64_t, c10::intrusive_ptr<c10d::Work>>> works;
-        if (batched && !ops.empty()) {
-          try {
-            backend->startCoalescing();
-          } catch (const std::exception& e) {
-            fail(ops[0].first, e);
-          }
-          for (auto& [k, t] : ops) {
-            if (items[k].role == SEND) {
-              isend(k, t);
-            } else {
-              irecv(k, t);
-            }
-          }
-          c10::intrusive_ptr<c10d::Work> w;
-          try {
-            w = backend->endCoalescing();
-          } catch (const std::exception& e) {
-            fail(ops[0].first, e);
-          }
-          works.emplace_back(ops[0].first, w);
-        } else {
-          for (auto& [k, t] : ops) {
-            works.emplace_back(k, items[k].role == SEND ? isend(k, t) : irecv(k, t));
-          }
-        }
-        for (int64_t k : later) local(items[k]);
-        for (auto& [k, w] : works) {
-          if (cuda) {
-            try {
-              w->wait();  // the current stream waits; the host does not
-            } catch (const std::exception& e) {
-              fail(k, e);
-            }
-          } else {
-            wait(k, w);
-          }
-        }
-        for (auto& [k, h] : held) {  // std::map: program order
-          apply(items[k], h.first);
-          if (carver && items[k].role == RECV) carver->give(h.second, items[k].count);
-        }
-        i = j;
-      }
-    }
-
-    at::TensorOptions bufs_options() const {
-      for (const auto& t : bufs) {
-        if (t.defined()) return t.options();
-      }
-      return at::TensorOptions().dtype(dtype);
-    }
-
-    // ------------------------------------------------------------------ dataflow (gloo)
-    void dataflow() {
-      const auto& items = plan.items_;
-      const int64_t n = static_cast<int64_t>(items.size());
-      int64_t budget = plan.budget_;
-      std::vector<int64_t> deps_left(plan.ndeps_), after_left(plan.nafter_);
-      std::vector<char> arrived(static_cast<size_t>(n), 0);
-      std::map<int64_t, c10::intrusive_ptr<c10d::Work>> works;  // ordered: the earliest is begin()
-      std::map<int64_t, at::Tensor> held;  // staging buffers and local snapshots
-      std::map<int64_t, int64_t> slots;    // carver slot of each staged receive's buffer
-      Carver carver(arena.defined() ? arena : at::empty({0}, bufs_options().dtype(at::kByte)), unit(),
-                    plan.budget_, dtype);
-      const auto& staged = plan.staged_recvs_;
-      size_t next_staged = 0;
-      int64_t done = 0;
-      enum Event : int { DEPS = 0, APPLY = 1, READ = 2, COMPLETE = 3 };
-      std::vector<std::pair<int, int64_t>> todo;  // an explicit queue: chains of local transfers can be long
-
-      auto post_staged = [&]() {
-        while (next_staged < staged.size()) {
-          int64_t i = staged[next_staged];
-          int64_t count = items[i].count;
-          if (count > budget) return;
-          budget -= count;
-          auto [t, slot_] = carver.take(count);
-          held[i] = t;
-          slots[i] = slot_;
-          works[i] = irecv(i, t);
-          ++next_staged;
-        }
-      };
-
-      // The ready items are taken (todo is a stack) receives first, then sends, then local transfers, each
-      // in program order: a receive posted early lets gloo's pair tell its peer at once, so the matching
-      // send goes out without waiting for that word (gloo's own collectives post receives first too), and
-      // local copies overlap the messages in flight.
-      for (int role : {LOCAL, SEND, RECV}) {
-        for (int64_t i = n - 1; i >= 0; --i) {
-          if (deps_left[i] == 0 && items[i].role == role) todo.emplace_back(DEPS, i);
-        }
-      }
-      post_staged();
-      while (done < n) {
-        while (!todo.empty()) {
-          auto [ev, i] = todo.back();
-          todo.pop_back();
-          const Item& it = items[i];
-          if (ev == DEPS) {
-            if (it.role == SEND) {
-              works[i] = isend(i, src(it));
-            } else if (it.role == RECV) {
-              if (it.staged) {
-                todo.emplace_back(APPLY, i);
-              } else {
-                works[i] = irecv(i, dst(it));
-              }
-            } else if (it.staged) {
-              held[i] = src(it).clone();
-              arrived[i] = 1;
               todo.emplace_back(APPLY, i);
-              todo.emplace_back(READ, i);
             } else {
-              local(it);
-              todo.emplace_back(COMPLETE, i);
-              todo.emplace_back(READ, i);
+              works[i] = irecv(i, dst(it));
             }
-          } else if (ev == APPLY) {
-            if (arrived[i] && deps_left[i] == 0 && after_left[i] == 0) {
-              at::Tensor data = held[i];
-              held.erase(i);
-              apply(it, data);
-              if (it.role == RECV) {
-                carver.give(slots[i], it.count);
-                slots.erase(i);
-                budget += it.count;
-                post_staged();
-              }
-              todo.emplace_back(COMPLETE, i);
-            }
-          } else if (ev == READ) {
-            for (int64_t k : plan.readers_[i]) {
-              if (--after_left[k] == 0) todo.emplace_back(APPLY, k);
-            }
-          } else {
-            ++done;
-            for (int64_t k : plan.dependents_[i]) {
-              if (--deps_left[k] == 0) todo.emplace_back(DEPS, k);
-            }
-          }
-        }
-        if (done == n) break;
-        if (works.empty()) {
-          throw Failure{INTERNAL, -1, std::to_string(n - done) +
-                                          " transfers cannot start (no operation outstanding)"};
-        }
-        // Block on the earliest outstanding operation, then take every other completed one (waiting on
-        // anything but the earliest can deadlock).
-        int64_t first = works.begin()->first;
-        wait(first, works.begin()->second);
-        std::vector<int64_t> finished;
-        for (auto& [i, w] : works) {
-          if (i == first || w->isCompleted()) finished.push_back(i);
-        }
-        for (int64_t i : finished) {
-          auto w = works[i];
-          works.erase(i);
-          if (i != first) wait(i, w);  // returns at once; raises a failed operation's error
-          const Item& it = items[i];
-          if (it.role == SEND) {
-            todo.emplace_back(COMPLETE, i);
-            todo.emplace_back(READ, i);
           } else if (it.staged) {
+            held[i] = src(it).clone();
             arrived[i] = 1;
             todo.emplace_back(APPLY, i);
+            todo.emplace_back(READ, i);
           } else {
+            local(it);
             todo.emplace_back(COMPLETE, i);
+            todo.emplace_back(READ, i);
+          }
+        } else if (ev == APPLY) {
+          if (arrived[i] && deps_left[i] == 0 && after_left[i] == 0) {
+            at::Tensor data = held[i];
+            held.erase(i);
+            apply(it, data);
+            if (it.role == RECV) {
+              carver.give(slots[i], it.count);
+              slots.erase(i);
+              budget += it.count;
+              post_staged();
+            }
+            todo.emplace_back(COMPLETE, i);
+          }
+        } else if (ev == READ) {
+          for (int64_t k : plan.readers()[i]) {
+            if (--after_left[k] == 0) todo.emplace_back(APPLY, k);
+          }
+        } else {
+          ++done;
+          for (int64_t k : plan.dependents()[i]) {
+            if (--deps_left[k] == 0) todo.emplace_back(DEPS, k);
           }
         }
       }
+      if (done == n) break;
+      if (works.empty()) {
+        throw Failure{INTERNAL, -1, std::to_string(n - done) +
+                                        " transfers cannot start (no operation outstanding)"};
+      }
+      // Block on the earliest outstanding operation, then take every other completed one (waiting on
+      // anything but the earliest can deadlock).
+      int64_t first = works.begin()->first;
+      wait(first, works.begin()->second);
+      std::vector<int64_t> finished;
+      for (auto& [i, w] : works) {
+        if (i == first || w->isCompleted()) finished.push_back(i);
+      }
+      for (int64_t i : finished) {
+        auto w = works[i];
+        works.erase(i);
+        if (i != first) wait(i, w);  // returns at once; raises a failed operation's error
+        const Item& it = items[i];
+        if (it.role == SEND) {
+          todo.emplace_back(COMPLETE, i);
+          todo.emplace_back(READ, i);
+        } else if (it.staged) {
+          arrived[i] = 1;
+          todo.emplace_back(APPLY, i);
+        } else {
+          todo.emplace_back(COMPLETE, i);
+        }
+      }
     }
-  };
-
-  std::vector<Item> items_;
-  std::vector<int64_t> ndeps_, nafter_;
-  std::vector<std::vector<int64_t>> dependents_, readers_;
-  std::vector<int64_t> staged_recvs_;
-  int64_t budget_;
+  }
 };
 
-// The runner's cross-rank argument check in one round: this rank's metadata row to every peer and every
-// peer's row into `rows` (p x k int64), all posted at once, receives waited on first (a missing peer is
-// then the one named). Returns (status, peer, text); on nccl, whose pairs match in posting order, both
-// ends of a pair post its two messages in the same global order (src, then dst).
-std::tuple<int, int64_t, std::string> exchange_rows(const at::Tensor& mine, const at::Tensor& rows, int64_t rank,
-                                                    const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t tag,
-                                                    double seconds, std::shared_ptr<Check> check) {
-  collsched_check::Watched watched(check);
+}  // namespace
+
+Outcome Plan::run(const std::vector<at::Tensor>& bufs, int64_t s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                  const at::Tensor& arena, int64_t op, double seconds, bool dataflow,
+                  std::shared_ptr<Check> check) const {
+  Engine engine(*this, bufs, s, pg, arena, op, seconds, check);
+  Watched watched(check);
+  try {
+    if (dataflow) {
+      engine.dataflow();
+    } else {
+      engine.grouped();
+    }
+  } catch (const Failure& f) {
+    return {f.status, f.item, f.text};
+  } catch (const std::exception& e) {
+    return {INTERNAL, -1, e.what()};
+  }
+  if (check && check->store) check->forget();
+  return {OK, -1, ""};
+}
+
+Outcome exchange_rows(const at::Tensor& mine, const at::Tensor& rows, int64_t rank,
+                      const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t tag, double seconds,
+                      std::shared_ptr<Check> check) {
+  Watched watched(check);
   auto backend = pg->getBackend(mine.device().type());
   const int64_t p = rows.size(0);
   auto deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
@@ -548,10 +497,6 @@ std::tuple<int, int64_t, std::string> exchange_rows(const at::Tensor& mine, cons
   return {OK, -1, ""};
 }
 
-// The transport's own cost of a plan's messages, for benchmarks/bench_native.py's host-overhead row: each
-// step's sends and receives (rows: step, role, peer, bytes, tag; in step order) posted straight to the
-// backend and waited on, `repeats` times, with no plan, no dependencies, no staging and no arithmetic.
-// What an executor spends beyond this, per step, is its own overhead.
 void transport_floor(const std::vector<std::vector<int64_t>>& rows, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
                      int64_t repeats) {
   auto backend = pg->getBackend(c10::DeviceType::CPU);
@@ -576,30 +521,4 @@ void transport_floor(const std::vector<std::vector<int64_t>>& rows, const c10::i
   }
 }
 
-}  // namespace
-
-#include "backend.h"  // the c10d::Backend, in this translation unit (it runs Plan)
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "collsched's native executor (runners/csrc/executor.cpp)";
-  py::class_<Plan, std::shared_ptr<Plan>>(m, "Plan")
-      .def(py::init<const std::vector<std::vector<int64_t>>&, std::vector<std::vector<int64_t>>,
-                    std::vector<std::vector<int64_t>>, std::vector<std::vector<int64_t>>,
-                    std::vector<std::vector<int64_t>>, std::vector<int64_t>, int64_t>())
-      .def("__len__", &Plan::size)
-      .def("run", &Plan::run, py::arg("bufs"), py::arg("s"), py::arg("group"), py::arg("arena"), py::arg("op"),
-           py::arg("seconds"), py::arg("dataflow"), py::arg("check") = nullptr,
-           py::call_guard<py::gil_scoped_release>());
-  m.def("exchange_rows", &exchange_rows, py::arg("mine"), py::arg("rows"), py::arg("rank"), py::arg("group"),
-        py::arg("tag"), py::arg("seconds"), py::arg("check") = nullptr, py::call_guard<py::gil_scoped_release>());
-  m.def("transport_floor", &transport_floor, py::arg("rows"), py::arg("group"), py::arg("repeats"),
-        py::call_guard<py::gil_scoped_release>());
-  // The in-band check (check.h): one run's watch, its salt and the group's call counter.
-  py::class_<Check, std::shared_ptr<Check>>(m, "Check")
-      .def(py::init(&Check::make), py::arg("store"), py::arg("counter"), py::arg("row"), py::arg("rank"), py::arg("p"),
-           py::arg("salt"), py::arg("stall_s"))
-      .def_readonly("salt", &Check::salt);
-  m.def("salt_of", &collsched_check::salt_of, py::arg("row"), py::arg("counter"), py::arg("shift"));
-  m.def("next_call", &collsched_check::next_call, py::arg("group"));
-  collsched_backend::bind(m);
-}
+}  // namespace collsched

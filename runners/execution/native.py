@@ -1,7 +1,8 @@
-"""The native executor: ``runners/csrc/executor.cpp``, built on first use, runs compiled plans without the GIL.
+"""The native executor: ``runners/csrc`` (``executor.cpp``), built on first use, runs compiled plans without the GIL.
 
-Build. The source is compiled as a torch C++ extension (``torch.utils.cpp_extension.load`` with ninja and the
-system C++ compiler) into a cache directory keyed by torch's version and the source's hash
+Build. The sources (``runners/csrc/*.cpp``: plan, executor, check, work, backend and the one bindings file) are
+compiled as one torch C++ extension (``torch.utils.cpp_extension.load`` with ninja and the system C++ compiler)
+into a cache directory keyed by torch's version and the hash of every source and header there
 (``$COLLSCHED_CACHE``, default ``~/.cache/collsched``), so it is built once per machine and torch; the
 build prints its time once. Concurrent ranks share one build (torch locks the build directory). Where no
 compiler is found or the build fails, ``available()`` is False, one line says why, and the Python
@@ -45,11 +46,12 @@ __all__ = ["ENV_EXECUTOR", "NativePlan", "available", "build_note", "chosen", "e
 
 ENV_EXECUTOR = "COLLSCHED_EXECUTOR"
 ENV_CACHE = "COLLSCHED_CACHE"
-SOURCE = Path(__file__).resolve().parents[1] / "csrc" / "executor.cpp"
-HEADERS = (SOURCE.parent / "backend.h", SOURCE.parent / "check.h")  # included by SOURCE: one build
+CSRC = Path(__file__).resolve().parents[1] / "csrc"
+SOURCES = tuple(sorted(CSRC.glob("*.cpp")))  # compiled, linked into one extension
+HEADERS = tuple(sorted(CSRC.glob("*.h")))  # hashed with the sources for the build cache's key
 _BUF_INDEX = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
-_TOKEN = -2  # executor.cpp's op code for a barrier token
-MISMATCH = 4  # executor.cpp's status: the stall watch found rows that differ
+_TOKEN = -2  # plan.h's op code for a barrier token
+MISMATCH = 4  # plan.h's status: the stall watch found rows that differ
 
 _STALE_LOCK_S = 600.0  # a build takes 1-2 minutes even on a loaded machine
 _lock = threading.Lock()
@@ -59,10 +61,12 @@ _tried = False
 
 
 def _cache_dir() -> Path:
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, *HEADERS))).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for path in (*SOURCES, *HEADERS):  # names too: a file renamed changes the build
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     root = Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "collsched")
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return root / f"native-torch{torch.__version__.replace('+', '-')}-{py}-{digest}"
+    return root / f"native-torch{torch.__version__.replace('+', '-')}-{py}-{digest.hexdigest()[:16]}"
 
 
 def _compiler() -> str | None:
@@ -111,7 +115,7 @@ def _build() -> Any:
     from torch.utils import cpp_extension
 
     directory.mkdir(parents=True, exist_ok=True)
-    module = cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=str(directory),
+    module = cpp_extension.load(name=name, sources=[str(p) for p in SOURCES], build_directory=str(directory),
                                 extra_cflags=["-O2"], verbose=False)
     if not so.is_file() or so.stat().st_mtime >= time.time() - (time.perf_counter() - start) - 1:
         print(f"collsched: built the native executor in {time.perf_counter() - start:.1f} s ({directory})",
