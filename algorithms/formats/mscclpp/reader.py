@@ -105,6 +105,11 @@ def _levels(plan: ExecutionPlan) -> list[tuple[int, int, PlanOp]]:
                 if s.group is None:
                     s.group = s.clock + 1
                 s.placed.append((s.group, op))
+                if op.name in ("pws", "pwsf"):  # the put's own signal, sent once its data has landed
+                    s.close()
+                    for peer, k in op.channels:
+                        sent.setdefault((s.gpu, peer, op.channel_type, k), deque()).append(s.clock)
+                        woken.add(peer)
             elif op.name in _QUIET:
                 s.close()
             elif op.name in ("signal", "rlxsignal"):
