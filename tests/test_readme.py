@@ -221,3 +221,27 @@ def test_run_blocks_exit_0(block: Block, workdir: Path) -> None:
     r = subprocess.run(["bash", "-e", "-x", "-c", block.text], cwd=workdir, env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, f"{block.where()} exits {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+
+
+def test_the_docs_assert_schedules_with_assert_verified() -> None:
+    """``assert verify(s).ok`` fails with a bare ``assert False``; ``assert_verified(s)`` lists the violations."""
+    for b in ALL:
+        if b.lang == "python":
+            assert not re.search(r"assert\s+verify\(", b.text), f"{b.where()}: use assert_verified(schedule)"
+    [hypothesis_block] = [b for b in ALL if b.lang == "python" and "cst.schedules" in b.text]
+    assert "assert_verified(schedule)" in hypothesis_block.text
+
+
+def test_the_readme_property_test_names_what_is_wrong(workdir: Path) -> None:
+    # The property test's body on a broken schedule (ring all-reduce without its last step): the failure lists
+    # the schedule and its violations, not just "assert False".
+    from algorithms import Schedule
+
+    namespace = _run_python_blocks()
+    inner = namespace["test_my_ring"].hypothesis.inner_test  # type: ignore[attr-defined]
+    ring = registry.build("allreduce", "ring", 4)
+    broken = Schedule(ring.collective, ring.name, ring.steps[:-1])
+    with pytest.raises(AssertionError) as e:
+        inner(broken, None)
+    assert str(e.value).startswith("ring (allreduce p=4 C=4) fails verification: ")
+    assert "wrong_slot" in str(e.value)
