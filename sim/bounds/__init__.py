@@ -27,8 +27,8 @@ from __future__ import annotations
 from sim.lazy import lazy_exports
 
 _HOMES = {"BOUND_KINDS": "cuts", "Bound": "cuts", "BoundError": "cuts", "bound": "cuts",
-          "ROUTINGS": "sim.topology.routing", "SYNTH_KINDS": "packing", "SynthesisError": "packing",
-          "routed": "sim.topology.routing", "synthesize": "packing"}
+          "ROUTINGS": "..topology.routing", "SYNTH_KINDS": "packing", "SynthesisError": "packing",
+          "routed": "..topology.routing", "synthesize": "packing"}
 
 __all__ = ["BOUND_KINDS", "ROUTINGS", "SYNTH_KINDS", "Bound", "BoundError", "SynthesisError", "bound", "routed",
            "synthesize"]
