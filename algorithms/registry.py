@@ -87,12 +87,15 @@ class Cost:
 @dataclass(frozen=True)
 class Parameter:
     """A parameter of an algorithm: an integer (at least ``minimum``), or, when ``default`` is a
-    string, a text such as a topology SPEC (the synthesizer's ``topology``)."""
+    string, a text such as a topology SPEC (the synthesizer's ``topology``). A text that takes one of a
+    few values declares them as ``choices`` (the default among them): ``resolve`` refuses any other, and
+    ``sim.verify.strategies.schedules`` draws among them."""
 
     name: str
     default: int | str
     help: str
     minimum: int = 1
+    choices: tuple[str, ...] = ()
 
 
 CHUNKS = Parameter("chunks", 1, "split each logical piece into this many chunks (pipelining)")
@@ -164,6 +167,9 @@ class Algorithm:
             if isinstance(p.default, str):
                 if not isinstance(value, str):
                     raise RegistryError(f"{self.kind}/{self.name}: {p.name} must be a text, got {value!r}")
+                if p.choices and value not in p.choices:
+                    raise RegistryError(f"{self.kind}/{self.name}: {p.name} must be one of "
+                                        f"{', '.join(p.choices)}, got {value!r}")
                 out[p.name] = value
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < p.minimum:

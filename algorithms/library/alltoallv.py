@@ -194,8 +194,9 @@ def bruck(ranks: int, *, chunks: int = 1, matrix: object = None) -> Schedule:
 
 
 GROUP = Parameter("group", 8, "GPUs per node (the last node may hold fewer)")
-VIA = Parameter("via", "dest", "the rail a block crosses between nodes: dest (PXN) or source (DeepEP)")
 VIAS = ("dest", "source")
+VIA = Parameter("via", "dest", "the rail a block crosses between nodes: dest (PXN) or source (DeepEP)",
+                choices=VIAS)
 
 
 def _check_via(p: int, params: Mapping[str, int | str]) -> str | None:

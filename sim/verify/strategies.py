@@ -19,8 +19,10 @@ size, root and chunk count, and under every execution order::
         assert differences(schedule, choose) == []
 
 ``schedules`` draws every declared parameter of an algorithm (``chunks``
-up to ``max_chunks``, any other from its minimum up to ``max(default, p)``
-or ``max_params[name]``), and only world sizes the algorithm serves.
+up to ``max_chunks``, any other integer from its minimum up to ``max(default, p)``
+or ``max_params[name]``, a text among its declared ``choices``; a text without
+choices, such as the synthesizer's topology SPEC, keeps its default), and only
+world sizes the algorithm serves.
 
 ``settings`` is the profile to run them under: one example of a large
 world size can take a second to build, verify and replay, which hypothesis'
@@ -146,11 +148,13 @@ def schedules(
     """Schedules built by registered algorithms over world sizes, roots and every declared parameter.
 
     ``names`` restricts to algorithms with those names (an unknown name is an
-    error, not an empty strategy). Each of an algorithm's parameters is drawn
-    from its ``minimum`` to ``max_chunks`` for ``chunks``, to
-    ``max_params[name]`` where given, else to ``max(default, p)``, and among
-    those from the values the algorithm's registry check accepts together
-    with the parameters drawn before it. World sizes the algorithm cannot
+    error, not an empty strategy). Each of an algorithm's integer parameters is
+    drawn from its ``minimum`` to ``max_chunks`` for ``chunks``, to
+    ``max_params[name]`` where given, else to ``max(default, p)``; each text
+    parameter among its ``choices`` (``registry.Parameter``; one without
+    choices keeps its default); and among those from the values the
+    algorithm's registry check accepts together with the parameters drawn
+    before it. World sizes the algorithm cannot
     serve with its default parameters are never drawn; a drawn combination it
     still refuses is rejected.
     """
@@ -185,10 +189,14 @@ def schedules(
         ok = sizes[f"{algo.kind.value}/{algo.name}"]
         # Integers in a contiguous range shrink by value; otherwise sample the sorted list (shrinks to its head).
         p = draw(st.integers(ok[0], ok[-1]) if len(ok) == ok[-1] - ok[0] + 1 else st.sampled_from(ok))
-        params: dict[str, int] = {}
+        params: dict[str, int | str] = {}
         for prm in algo.parameters:
             if isinstance(prm.default, str):
-                continue  # a text parameter (the synthesizer's topology) keeps its default
+                if prm.choices:  # among the declared values the check accepts with what is drawn so far
+                    texts = [v for v in prm.choices if algo.unsupported(p, {**params, prm.name: v}) is None] \
+                        if algo.check is not None else list(prm.choices)
+                    params[prm.name] = draw(st.sampled_from(texts or list(prm.choices)))
+                continue  # a free text (the synthesizer's topology SPEC) keeps its default
             if prm.name == "chunks":
                 hi = max_chunks
             else:

@@ -142,3 +142,53 @@ def test_dataflow_orders_replay_from_their_seed(s: Schedule, data: st.DataObject
 def test_the_settings_profile() -> None:
     assert cst.settings.deadline is None and cst.settings.max_examples <= 50
     assert {HealthCheck.too_slow, HealthCheck.data_too_large} <= set(cst.settings.suppress_health_check)
+
+
+def _text_probe(ranks: int, *, root: int, chunks: int = 1, shape: str = "line", spec: str = "") -> Schedule:
+    """A broadcast that records its text parameters in its name (its one step, a local copy on the root)."""
+    coll = Collective(Kind.BROADCAST, ranks, chunks, root)
+    return Schedule(coll, f"probe shape={shape} spec={spec or '-'}", (Step((Transfer(root, root, count=chunks),)),))
+
+
+def _no_star_on_odd(ranks: int, params: Mapping[str, int | str]) -> str | None:
+    return "star needs an even world size" if params["shape"] == "star" and ranks % 2 else None
+
+
+@pytest.fixture
+def text_probe() -> Iterator[None]:
+    """Register a probe with a text parameter of three choices (star: even p only) and one of free text."""
+    params = (CHUNKS, Parameter("shape", "line", "a shape", choices=("line", "tree", "star")),
+              Parameter("spec", "", "a free-form text"))
+    registry.register(Kind.BROADCAST, "probe-text", source="test", parameters=params,
+                      check=_no_star_on_odd)(_text_probe)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        del registry._REGISTRY[(Kind.BROADCAST, "probe-text")]
+
+
+def test_schedules_draw_text_parameters_among_their_choices(text_probe: None) -> None:
+    seen: list[tuple[int, str, str]] = []
+
+    @settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.filter_too_much])
+    @given(cst.schedules(names=["probe-text"], max_ranks=6, max_chunks=1))
+    def draw(s: Schedule) -> None:
+        fields = dict(x.split("=") for x in s.name.split()[1:])
+        seen.append((s.ranks, fields["shape"], fields["spec"]))
+
+    draw()
+    assert {shape for _, shape, _ in seen} == {"line", "tree", "star"}  # every choice is drawn
+    assert all(p % 2 == 0 for p, shape, _ in seen if shape == "star")  # only where the check accepts it
+    assert {spec for *_, spec in seen} == {"-"}  # a text without choices keeps its default
+
+
+def test_a_text_parameter_outside_its_choices_is_refused(text_probe: None) -> None:
+    alg = registry.get("broadcast", "probe-text")
+    assert alg.build(4, shape="tree").name == "probe shape=tree spec=-"
+    with pytest.raises(CollschedError, match=r"shape must be one of line, tree, star, got 'ring'"):
+        alg.build(4, shape="ring")
+
+
+def test_the_library_declares_the_choices_of_its_text_parameters() -> None:
+    via = next(x for x in registry.get("alltoallv", "hierarchical").parameters if x.name == "via")
+    assert via.choices == ("dest", "source")
