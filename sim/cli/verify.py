@@ -10,10 +10,15 @@ from typing import Any
 from algorithms.errors import ScheduleError, UsageError
 from sim.cli.common import add_common_args, add_schedule_args, is_msccl, schedule_from_args
 
-__all__ = ["add_parser"]
+__all__ = ["MAX_VIOLATIONS", "add_parser"]
+
+MAX_VIOLATIONS = 20
+"""How many violations (and hints) ``verify`` prints unless ``--max-violations`` says otherwise."""
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.max_violations < 0:
+        raise UsageError(f"--max-violations must be >= 0 (0: all), got {args.max_violations}")
     if args.cost:
         return _cmd_cost(args)
     from sim.verify.verifier import verify
@@ -44,7 +49,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             d["msccl_findings"] = [f.to_dict() for f in findings]
         print(json.dumps(d))
     else:
-        print(report)
+        print(report.text(args.max_violations or None, see_all="--max-violations 0 for all"))
         if checked:
             _print_check(findings)
     return 0 if ok else 1
@@ -79,7 +84,7 @@ def _cmd_cost(args: argparse.Namespace) -> int:
         alg = registry.get(args.collective, args.algorithm)
         why = alg.refusal(ranks[0], params) if args.ranks is not None else None
         raise UsageError(why or f"{alg.kind}/{alg.name} serves none of p = 1..16 with these parameters")
-    print(json.dumps(check.to_dict()) if args.json else check.text())
+    print(json.dumps(check.to_dict()) if args.json else check.text(args.max_violations or None))
     return 0 if check.ok else 1
 
 
@@ -115,6 +120,9 @@ def add_parser(subparsers: Any) -> None:
                    help="check the algorithm's closed-form Cost instead: its terms against the schedule's transfers "
                         "and its time against a lockstep simulation on switch:p, for -p P or p = 1..16 (exit 1 on "
                         "a mismatch; sim.engine.closed_form.check_cost)")
+    p.add_argument("--max-violations", type=int, default=MAX_VIOLATIONS, metavar="N",
+                   help=f"list at most N violations (and N hints, printed first), then how many more "
+                        f"(default {MAX_VIOLATIONS}; 0: all; --json always lists all)")
     add_common_args(p, json_help='print {"ok", "violations", "transfers", "steps"} (--cost: {"ok", "cases", '
                                  '"mismatches", ...})')
     p.set_defaults(func=_cmd_verify)

@@ -138,19 +138,23 @@ class VerifyReport:
             counts[v.kind] = counts.get(v.kind, 0) + v.count
         return dict(sorted(counts.items(), key=lambda kv: -kv[1]))  # stable: ties in order of first appearance
 
-    def text(self, limit: int | None = None) -> str:
-        """``str(report)``, listing at most ``limit`` violations and ``limit`` hints (None: all)."""
+    def text(self, limit: int | None = None, *, see_all: str = "") -> str:
+        """``str(report)``: the head line, the hints (dead writes: often the cause, so first), then the
+        violations, at most ``limit`` of each (None: all), then the summary by kind. ``see_all`` says how to
+        list the rest (``"--max-violations 0 for all"``), in brackets after ``... and K more``."""
         n = sum(v.count for v in self.violations)
+        how = f" ({see_all})" if see_all else ""
         lines = [f"{self.title}: {self.steps} steps, {self.transfers} transfers: "
                  + ("OK" if self.ok else f"{n} violation(s)")]
-        lines += [f"  {v}" for v in self.violations[:limit]]
-        if limit is not None and len(self.violations) > limit:
-            lines.append(f"  ... and {len(self.violations) - limit} more")
         lines += [f"  hint: {h}" for h in self.hints[:limit]]
         more_hints = self.hints_not_listed + (len(self.hints) - limit if limit is not None and len(self.hints) > limit
                                               else 0)
         if more_hints:
-            lines.append(f"  hint: {more_hints} more dead write(s) not listed")
+            shown_by = how if self.hints_not_listed == 0 else ""  # the compact verifier's are not kept at all
+            lines.append(f"  hint: {more_hints} more dead write(s) not listed{shown_by}")
+        lines += [f"  {v}" for v in self.violations[:limit]]
+        if limit is not None and len(self.violations) > limit:
+            lines.append(f"  ... and {len(self.violations) - limit} more{how}")
         if not self.ok:
             lines.append("  summary: " + ", ".join(f"{c} {k}" for k, c in self.summary.items()))
         return "\n".join(lines)
