@@ -79,7 +79,7 @@ does not import torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -89,6 +89,7 @@ from networkx.algorithms.flow import build_residual_network, preflow_push
 
 from algorithms.errors import CollschedError
 from algorithms.ir import ROOTED_KINDS, Kind
+from sim.guards import guard_bound
 from sim.topology import Node, Topology
 from sim.topology.switches import reducing_switches
 
@@ -329,8 +330,9 @@ def latency_term(topology: Topology, pairs: Iterable[tuple[int, int]]) -> float:
     return worst
 
 
-def _all_pairs(n: int) -> list[tuple[int, int]]:
-    return [(u, w) for u in range(n) for w in range(n) if u != w]
+def _all_pairs(n: int) -> Iterator[tuple[int, int]]:
+    """Every ordered pair of distinct ranks, made as they are read (a list of p² pairs is 1 GB at 3,000 ranks)."""
+    return ((u, w) for u in range(n) for w in range(n) if u != w)
 
 
 def bound(kind: Kind | str, topology: Topology, size: float, *, root: int | None = None) -> Bound:
@@ -352,7 +354,10 @@ def bound(kind: Kind | str, topology: Topology, size: float, *, root: int | None
         raise BoundError(f"{kind} has no root, got root={root}")
     if n < 2:
         return Bound(kind, size, Fraction(0), 0.0, (), root)
+    guard_bound(kind.value, n, topology.graph.number_of_nodes(), len(topology.links))  # before routed_links: p²
     idle = len(topology.links) - len(topology.routed_links())
+    if idle:
+        guard_bound(kind.value, n, topology.graph.number_of_nodes(), len(topology.links), idle_links=True)
     if not idle:
         return _bound(kind, topology, size, root)
     # Links on no route carry nothing: the bound for these routes leaves them out, and the bound
@@ -376,7 +381,7 @@ def routed_part(topology: Topology) -> Topology:
 def _bound(kind: Kind, topology: Topology, size: float, root: int | None) -> Bound:
     n = topology.ranks
     m = _frac(size)
-    pairs = _all_pairs(n)
+    pairs: Iterable[tuple[int, int]] = _all_pairs(n)
     ref: float | None = None
     traffic: Fraction | None = None
     if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER):

@@ -32,7 +32,6 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -88,8 +87,10 @@ def to_dict(machine: Machine) -> dict[str, Any]:
 
 
 def save(machine: Machine, path: str | os.PathLike[str]) -> None:
-    """Write a machine file (JSON)."""
-    Path(path).write_text(json.dumps(to_dict(machine), indent=1) + "\n", encoding="utf-8")
+    """Write a machine file (JSON; ``algorithms.disk.write_output``)."""
+    from algorithms.disk import write_output
+
+    write_output(path, json.dumps(to_dict(machine), indent=1) + "\n", TopologyError)
 
 
 def from_dict(doc: object) -> Machine:

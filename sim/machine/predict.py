@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from algorithms import registry
+from algorithms.errors import CollschedError
 from algorithms.ir import BUFS, ROOTED_KINDS, Buf, Kind, Schedule
 from sim import units
+from sim.engine.trace import save_figure
 from sim.machine.fit import CalibrationError
 from sim.machine.model import Machine, host, load
 from sim.topology.graph import TopologyError
@@ -160,9 +162,9 @@ def plot_validation(rows: Sequence[dict[str, Any]], path: str) -> None:
            title=f"collsched validate, {rows[0]['ranks']} ranks")
     ax.legend(fontsize=6, ncol=2)
     try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as e:
-        raise CalibrationError(f"--plot {path}: cannot write: {e.strerror or e}") from None
+        save_figure(fig, path, dpi=120, bbox_inches="tight")
+    except CollschedError as e:
+        raise CalibrationError(f"--plot: {e}") from None
     finally:
         plt.close(fig)
 

@@ -141,7 +141,7 @@ def test_a_switch_is_not_a_rank_node(tmp_path: Path) -> None:
 
 
 def test_unreadable_placement_file(tmp_path: Path) -> None:
-    with pytest.raises(TopologyError, match="placement file .*: cannot read: is a directory"):
+    with pytest.raises(TopologyError, match=r"placement file .*: cannot read: is a directory"):
         placement(str(tmp_path), T.ring(4), 4)  # a directory exists but is no file
 
 
