@@ -107,15 +107,15 @@ class Core:
     # ------------------------------------------------------------------ a signature miss (called from C++)
 
     def prepare(self, kind_index: int, numel_in: int, numel_out: int, dtype: torch.dtype | None, op: int,
-                root: int) -> tuple[Any, ...] | None:
-        """The plan and buffer layout of one signature, for backend.h's ``Spec``; None: the Python path serves it.
+                root: int) -> Any:
+        """The plan and buffer layout of one signature, as backend.h's ``Spec``; None: the Python path serves it.
 
         None wherever the Python body would do something the C++ path does not: the direct fallback, a
         schedule that cannot run, arguments the runner refuses (it then raises its own error), the Python
-        executor. With the check on (``COLLSCHED_CHECK``, the default) the answer says so (its field 19): the
+        executor. With the check on (``COLLSCHED_CHECK``, the default) the answer says so (``checked``): the
         C++ side then runs the first call of the signature through the Python body, whose cross-rank check
-        compares every rank's arguments, and the later ones natively, checked in band with the row and salt
-        position of the last two fields (runners.execution.arguments).
+        compares every rank's arguments, and the later ones natively, checked in band with its ``row`` and salt
+        position ``shift`` (runners.execution.arguments).
         """
         g = self.group
         if native.chosen() != "native":
@@ -154,11 +154,16 @@ class Core:
         divide = OP_NAMES[op] == "AVG" and kind in REDUCING and (kind is not Kind.REDUCE or rank == root)
         compiled = native.NativePlan(plan)
         self._prepared.append(_Prepared(plan, compiled))
-        return (compiled.compiled, s, n, c, in_segs, padded or (plan.writes_input and not in_place),
-                not (kind is Kind.BROADCAST and rank != root), out_segs, padded, in_place,
-                sched.scratch_chunks * s, budget, op, AUTO_CPU.get(kind, "dataflow") == "dataflow", divide,
-                kind is Kind.REDUCE and rank != root, kind is Kind.BARRIER, f"{kind}/{choice}",
-                len(self._prepared) - 1, bool(g._check), row, salt_shift(sched))
+        return native.load().Spec(
+            plan=compiled.compiled, s=s, n=n, c=c,
+            in_segs=in_segs, in_copy=padded or (plan.writes_input and not in_place),
+            in_initial=not (kind is Kind.BROADCAST and rank != root),
+            out_segs=out_segs, out_copy=padded, in_place=in_place,
+            scratch=sched.scratch_chunks * s, budget_bytes=budget, op=op,
+            dataflow=AUTO_CPU.get(kind, "dataflow") == "dataflow", divide=divide,
+            clone_input=kind is Kind.REDUCE and rank != root, barrier=kind is Kind.BARRIER,
+            label=f"{kind}/{choice}", index=len(self._prepared) - 1,
+            checked=bool(g._check), row=row, shift=salt_shift(sched))
 
     def native_failure(self, index: int, status: int, item: int, text: str, late: bool, seconds: float) -> None:
         """Raise what the Python executor raises for a failed native run (its words: runners.execution.executors)."""

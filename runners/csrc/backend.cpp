@@ -281,7 +281,7 @@ std::shared_ptr<Spec> Backend::lookup(int kind, const at::Tensor& ref, int64_t i
                                         reinterpret_cast<PyObject*>(torch::getTHPDtype(ref.scalar_type())))
                                   : py::none();
     py::object answer = core_.attr("prepare")(kind, in, out, dt, op, root);
-    if (!answer.is_none()) spec = to_spec(answer);
+    if (!answer.is_none()) spec = answer.cast<std::shared_ptr<Spec>>();
   }
   std::lock_guard<std::mutex> g(cache_m_);
   if (cache_.size() >= 256) cache_.clear();  // a cheap bound: shapes that keep changing are rare
@@ -289,36 +289,29 @@ std::shared_ptr<Spec> Backend::lookup(int kind, const at::Tensor& ref, int64_t i
   // The argument check (COLLSCHED_CHECK, on by default): the first call of a signature runs the Python
   // path, whose cross-rank check compares every rank's arguments; later calls of the signature run
   // natively, checked in band (salted tags and the stall watch of check.h).
-  return spec && spec->check_first ? nullptr : spec;
+  return spec && spec->checked ? nullptr : spec;
 }
 
-std::shared_ptr<Spec> Backend::to_spec(const py::object& a) {
-  auto t = a.cast<py::tuple>();
-  auto s = std::make_shared<Spec>();
-  s->native = true;
-  s->plan = t[0].cast<std::shared_ptr<Plan>>();
-  s->s = t[1].cast<int64_t>();
-  s->n = t[2].cast<int64_t>();
-  s->c = t[3].cast<int64_t>();
-  s->in_segs = t[4].cast<int64_t>();
-  s->in_copy = t[5].cast<bool>();
-  s->in_initial = t[6].cast<bool>();
-  s->out_segs = t[7].cast<int64_t>();
-  s->out_copy = t[8].cast<bool>();
-  s->in_place = t[9].cast<bool>();
-  s->scratch = t[10].cast<int64_t>();
-  s->budget_bytes = t[11].cast<int64_t>();
-  s->op = t[12].cast<int64_t>();
-  s->dataflow = t[13].cast<bool>();
-  s->divide = t[14].cast<bool>();
-  s->clone_input = t[15].cast<bool>();
-  s->barrier = t[16].cast<bool>();
-  s->label = t[17].cast<std::string>();
-  s->index = t[18].cast<int64_t>();
-  s->check_first = t[19].cast<bool>();
-  s->row = t[20].cast<std::vector<int64_t>>();
-  s->shift = t[21].cast<int64_t>();
-  return s;
+std::shared_ptr<Spec> Spec::from_kwargs(const py::kwargs& kw) {
+  auto spec = std::make_shared<Spec>();
+  size_t taken = 0;
+#define COLLSCHED_TAKE(type, name)                                             \
+  if (!kw.contains(#name)) throw py::type_error("collsched Spec: no " #name); \
+  spec->name = kw[#name].cast<type>();                                         \
+  ++taken;
+  COLLSCHED_SPEC_FIELDS(COLLSCHED_TAKE)
+#undef COLLSCHED_TAKE
+  if (taken != kw.size()) {
+    std::string unknown;
+    for (const auto& item : kw) {
+      std::string key = py::str(item.first);
+#define COLLSCHED_KNOWN(type, name) || key == #name
+      if (!(false COLLSCHED_SPEC_FIELDS(COLLSCHED_KNOWN))) unknown += (unknown.empty() ? "" : ", ") + key;
+#undef COLLSCHED_KNOWN
+    }
+    throw py::type_error("collsched Spec: unknown fields " + unknown);
+  }
+  return spec;
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::native(OpType type, const char* what, std::shared_ptr<Spec> spec,
@@ -369,7 +362,7 @@ void Backend::run_native(const Spec& sp, const at::Tensor& user_in, const at::Te
   if (arena_.numel() < sp.budget_bytes) arena_ = at::empty({sp.budget_bytes}, at::TensorOptions().dtype(at::kByte));
   std::vector<at::Tensor> bufs{in.defined() ? in : ref, out.defined() ? out : ref, scratch.defined() ? scratch : ref};
   std::shared_ptr<Check> check;
-  if (sp.check_first) {  // as runners.execution.runner.run's checked call of a signature it checked before
+  if (sp.checked) {  // as runners.execution.runner.run's checked call of a signature it checked before
     int64_t counter = next_call(inner_);
     std::vector<int64_t> row = sp.row;
     row.push_back(1);  // checked before

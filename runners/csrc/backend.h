@@ -38,19 +38,44 @@ namespace collsched {
 
 using c10d::OpType;
 
-// What Python's prepare() answered for one signature.
+// What Python's prepare (runners.backend.cpp.Core.prepare) answers for a signature the native path serves: the
+// compiled plan and the buffer layout (runners.execution.buffers' Buffers, as numbers), named on both sides:
+// Python builds it with keyword arguments (collsched_native.Spec(plan=..., s=..., ...)), every field required.
 struct Spec {
-  bool native = false;
   std::shared_ptr<Plan> plan;
-  int64_t s = 0, n = 0, c = 1, in_segs = 0, out_segs = 0, scratch = 0, budget_bytes = 0, op = 0, index = -1;
-  bool in_copy = false, in_initial = true, out_copy = false, in_place = false, dataflow = true;
-  bool divide = false, clone_input = false, barrier = false, check_first = false;
-  std::string label;
-  // The argument check after the first call (check.h; check_first false: COLLSCHED_CHECK=0, no salt, no
-  // watch): this rank's metadata row (12 fields) and the bit position of the tags' salt.
+  int64_t s = 0;        // elements per chunk: ceil(n / c)
+  int64_t n = 0;        // elements per rank (the runner's N)
+  int64_t c = 1;        // chunks per rank-sized segment (the schedule's C)
+  int64_t in_segs = 0;  // segments of the input buffer (0: the rank has none)
+  bool in_copy = false;      // the input is worked on in a padded copy (or a copy the schedule may write)
+  bool in_initial = true;    // that copy starts with the caller's data (not a broadcast's non-root)
+  int64_t out_segs = 0;      // segments of the output buffer (0: in place, or none)
+  bool out_copy = false;     // the output is worked on in a padded copy
+  bool in_place = false;     // the kind is in place: the input buffer is the output
+  int64_t scratch = 0;       // elements of scratch
+  int64_t budget_bytes = 0;  // staging bytes the plan's staged receives may hold at once
+  int64_t op = 0;            // runners.execution.arguments.OP_NAMES index
+  bool dataflow = true;      // the dataflow engine (else grouped)
+  bool divide = false;       // AVG: divide the result by the group size afterwards
+  bool clone_input = false;  // the rank's input must not be written (a reduce's non-root): work on a clone
+  bool barrier = false;      // a barrier: one token, no data
+  std::string label;         // "kind/algorithm" for the group's executed counts
+  int64_t index = -1;        // Core's list of prepared plans: what native_failure names a failure with
+  // The argument check after the first call (check.h; false: COLLSCHED_CHECK=0, no salt, no watch), this rank's
+  // metadata row (12 fields) and the bit position of the tags' salt.
+  bool checked = false;
   std::vector<int64_t> row;
   int64_t shift = 0;
+
+  static std::shared_ptr<Spec> from_kwargs(const py::kwargs& kw);
 };
+
+// Spec's fields, once: for from_kwargs and for the Python attributes (bindings.cpp).
+#define COLLSCHED_SPEC_FIELDS(X)                                                                                 \
+  X(std::shared_ptr<Plan>, plan) X(int64_t, s) X(int64_t, n) X(int64_t, c) X(int64_t, in_segs) X(bool, in_copy) \
+  X(bool, in_initial) X(int64_t, out_segs) X(bool, out_copy) X(bool, in_place) X(int64_t, scratch)              \
+  X(int64_t, budget_bytes) X(int64_t, op) X(bool, dataflow) X(bool, divide) X(bool, clone_input) X(bool, barrier) \
+  X(std::string, label) X(int64_t, index) X(bool, checked) X(std::vector<int64_t>, row) X(int64_t, shift)
 
 // How many collectives ran natively, per "kind/algorithm" (Python folds them into group.executed).
 class Counts {
@@ -169,7 +194,6 @@ class Backend : public c10d::Backend {
   }
 
   std::shared_ptr<Spec> lookup(int kind, const at::Tensor& ref, int64_t in, int64_t out, int op, int64_t root);
-  static std::shared_ptr<Spec> to_spec(const py::object& answer);
   void track(const c10::intrusive_ptr<Work>& work);
   c10::intrusive_ptr<c10d::Work> native(OpType type, const char* what, std::shared_ptr<Spec> spec, at::Tensor input,
                                         at::Tensor output, std::vector<at::Tensor> results, Ms timeout);

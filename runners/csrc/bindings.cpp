@@ -13,6 +13,7 @@ using collsched::Backend;
 using collsched::Check;
 using collsched::Counts;
 using collsched::Plan;
+using collsched::Spec;
 
 namespace {
 
@@ -52,6 +53,12 @@ void bind_backend(py::module_& m) {
     }
   });
   py::class_<Counts, std::shared_ptr<Counts>>(m, "Counts").def(py::init<>()).def("items", &Counts::items);
+  // What Core.prepare answers, built with every field named (backend.h's Spec), read back by name.
+  py::class_<Spec, std::shared_ptr<Spec>> spec(m, "Spec");
+  spec.def(py::init(&Spec::from_kwargs));
+#define COLLSCHED_READ(type, name) spec.def_readonly(#name, &Spec::name);
+  COLLSCHED_SPEC_FIELDS(COLLSCHED_READ)
+#undef COLLSCHED_READ
   m.def("make_backend", &collsched::make_backend, py::arg("rank"), py::arg("size"), py::arg("core"), py::arg("inner"),
         py::arg("seconds"), py::arg("counts"), py::arg("native"), py::arg("store"), py::arg("stall_s"),
         py::arg("inline_bytes"));
