@@ -245,3 +245,24 @@ def test_the_readme_property_test_names_what_is_wrong(workdir: Path) -> None:
         inner(broken, None)
     assert str(e.value).startswith("ring (allreduce p=4 C=4) fails verification: ")
     assert "wrong_slot" in str(e.value)
+
+
+def test_the_rooted_example_takes_its_root_from_the_registry(workdir: Path) -> None:
+    """README's rooted example: the registry hands the builder ``root`` (0 by default, ``--root R``), and the
+    schedule it builds is that root's broadcast for every root."""
+    import inspect
+
+    from algorithms.ir import Kind
+    from sim.verify import verify
+
+    _run_python_blocks()
+    alg = registry.get("broadcast", "my-chain")
+    assert inspect.signature(alg.builder).parameters["root"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert alg.build(4).collective.root == 0  # no root given: 0
+    for p in range(1, 7):
+        for root in range(p):
+            s = alg.build(p, root=root)
+            assert s.collective.kind is Kind.BROADCAST and s.collective.root == root
+            assert verify(s).ok and len(s.steps) == p - 1  # a chain: p - 1 hops from the root
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    assert "root=R" in usage and "Collective(Kind.BROADCAST, p, 1, root)" in README.read_text()
