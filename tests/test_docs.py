@@ -137,3 +137,68 @@ def test_the_topology_example_loads_and_times_the_schedule_as_the_text_says() ->
     assert result.ok
     # docs/design.md: each step is bounded by the direct link, 1 us + 2 MB / 25 GB/s; two steps = 162 us.
     assert result.time == pytest.approx(2 * (1e-6 + 2e6 / 25e9), rel=1e-9)
+
+
+# -- docs/usage.md's synopses against the real parsers ----------------------------------------------------------------
+
+USAGE = ROOT / "docs" / "usage.md"
+# The options that pick the schedule: a synopsis of a command whose parser has one must show it.
+SCHEDULE_FLAGS = ("--collective", "--algorithm", "--ranks", "--chunks", "--root", "--param", "--json")
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+
+
+def synopses(text: str) -> dict[str, str]:
+    """Command -> its synopsis lines joined, from the first fenced block after "## The command line"."""
+    section = text[text.index("## The command line"):]
+    block = re.search(r"^```\n(.*?)^```", section, flags=re.S | re.M)
+    assert block is not None, "usage.md: no synopsis block under 'The command line'"
+    out: dict[str, str] = {}
+    command = ""
+    for line in block.group(1).splitlines():
+        m = re.match(r"collsched (\w+)(.*)", line)
+        if m:
+            command = m.group(1)
+            out[command] = out.get(command, "") + " " + m.group(2)
+        elif line.startswith(" ") and command:
+            out[command] += " " + line
+    return out
+
+
+def synopsis_problems(found: dict[str, str], parsers: dict[str, object]) -> list[str]:
+    """What a synopsis gets wrong against its command's parser: a flag the parser lacks, or a schedule flag
+    (``SCHEDULE_FLAGS``) the parser has that the synopsis leaves out."""
+    problems = []
+    for command, text in found.items():
+        parser = parsers.get(command)
+        if parser is None:
+            problems.append(f"{command}: no such command")
+            continue
+        strings = {s for a in parser._actions for s in a.option_strings}  # type: ignore[attr-defined]
+        shown = set(_FLAG.findall(text))
+        problems += [f"{command}: {flag} is not an option" for flag in sorted(shown - strings)]
+        long_shown = {s for a in parser._actions if shown & set(a.option_strings)  # type: ignore[attr-defined]
+                      for s in a.option_strings}
+        problems += [f"{command}: {flag} is left out" for flag in SCHEDULE_FLAGS
+                     if flag in strings and flag not in long_shown]
+    return problems
+
+
+def _parsers() -> dict[str, object]:
+    from runners.commands.cli import build_parser
+
+    return dict(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+
+
+def test_usage_synopses_match_the_parsers() -> None:
+    found = synopses(USAGE.read_text(encoding="utf-8"))
+    assert {"verify", "export", "simulate", "sweep", "bench", "demo"} <= set(found)
+    assert synopsis_problems(found, _parsers()) == []
+
+
+def test_the_synopsis_check_catches_a_missing_and_a_stale_flag() -> None:
+    parsers = _parsers()
+    doc = ("## The command line\n\n```\ncollsched export --collective K --algorithm A --ranks P [--chunks k] "
+           "[--root R] -o F [--json]\ncollsched bench --nproc N -c K -a A --chunks 2 --root 0 --param x=1\n"
+           "               [--frobnicate] [--json]\n```\n")
+    assert synopsis_problems(synopses(doc), parsers) == [
+        "export: --param is left out", "bench: --frobnicate is not an option"]
