@@ -129,15 +129,19 @@ def _print_stretched(stretched: Sequence[tuple[int, int, int]], topo: Any, place
 
 
 def _closed_form_line(schedule: Schedule, result: Any, opts: EngineOptions, args: argparse.Namespace) -> str:
-    """The registry's closed form with the run's own terms: α = route 0->1's latency + the per-message overhead,
-    β = 1 / its slowest link, γ = 1 / --reduce-bw (0 when reductions are free), plus --launch once."""
-    from sim.engine.closed_form import predict, route_alpha_beta
+    """The registry's closed form with the run's own terms: α = the latency of the slowest route the schedule
+    uses + the per-message overhead, β = 1 / the narrowest bottleneck of the routes it uses, γ = 1 / --reduce-bw
+    (0 when reductions are free), plus --launch once. Where the routes differ (a GPU cluster's NVLink and NICs),
+    a note says that the closed form assumes a uniform network and charges every step the slowest route."""
+    from sim.engine.closed_form import predict, schedule_alpha_beta
 
     alg = registry.get(schedule.collective.kind, args.algorithm)
     coll = schedule.collective
     if alg.cost is None or (coll.kind is Kind.ALLTOALLV and len(set(coll.traffic().flat)) > 1):
         return ""  # an alltoallv's closed form is for the uniform matrix
-    route, beta = route_alpha_beta(result.topology)
+    terms_used = schedule_alpha_beta(schedule, result.topology)
+    route, beta = terms_used.alpha, terms_used.beta
+    (asrc, adst), (bsrc, bdst) = terms_used.alpha_route, terms_used.beta_route
     overhead, launch = opts.overhead, opts.launch or 0.0
     reduce_bw = opts.reduce_bandwidth
     gamma = 1.0 / reduce_bw if reduce_bw else 0.0
@@ -149,16 +153,24 @@ def _closed_form_line(schedule: Schedule, result: Any, opts: EngineOptions, args
                        gamma=gamma, launch=launch, params=params)
     except RegistryError as e:  # the algorithm's Cost raises (a user's module): say so, the simulation stands
         return f"  closed form none: {e}"
-    alpha = f"α={route + overhead:.3g} s" + (f" (route 0->1 {route:.3g} s + overhead {overhead:.3g} s)"
-                                             if overhead else " (route 0->1)")
-    terms = [alpha, f"β=1/{1 / beta:.4g} B/s (route 0->1)", f"γ=1/{reduce_bw:.4g} B/s" if gamma else "γ=0 (free)"]
+    alpha = f"α={route + overhead:.3g} s" + (f" (route {asrc}->{adst} {route:.3g} s + overhead {overhead:.3g} s)"
+                                             if overhead else f" (route {asrc}->{adst})")
+    terms = [alpha, f"β=1/{1 / beta:.4g} B/s (route {bsrc}->{bdst})",
+             f"γ=1/{reduce_bw:.4g} B/s" if gamma else "γ=0 (free)"]
     if launch:
         terms.append(f"launch {launch:.3g} s")
     if opts.message_cpu:
         terms.append("message_cpu not modelled")
     ratio = f"{result.time / pred.time:.4f}" if pred.time > 0 else "-"
-    return (f"  closed form {human_time(pred.time)} ({pred.formula}; {', '.join(terms)}); "
+    line = (f"  closed form {human_time(pred.time)} ({pred.formula}; {', '.join(terms)}); "
             f"simulated / closed form {ratio}")
+    if terms_used.uniform:
+        return line
+    t = terms_used
+    return (f"{line}\n  note       the {t.routes} routes this schedule uses differ (α {t.min_alpha:.3g} to "
+            f"{t.alpha:.3g} s, bandwidth {1 / t.beta:.4g} to {1 / t.min_beta:.4g} B/s): "
+            "the closed form assumes a uniform network and charges every step the slowest route's α and the "
+            "narrowest route's β, an estimate (the simulation is the reference)")
 
 
 def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.Namespace,

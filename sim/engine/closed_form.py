@@ -23,8 +23,8 @@ from algorithms.errors import RegistryError
 from algorithms.ir import Kind
 from sim.topology import Topology
 
-__all__ = ["CostCase", "CostCheck", "Prediction", "check_cost", "compare", "cost_failure", "predict", "predict_all",
-           "relative_error", "route_alpha_beta"]
+__all__ = ["CostCase", "CostCheck", "Prediction", "RouteTerms", "check_cost", "compare", "cost_failure", "predict",
+           "predict_all", "relative_error", "route_alpha_beta", "schedule_alpha_beta"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ def route_alpha_beta(topology: Topology, src: int = 0, dst: int = 1) -> tuple[fl
     """(α, β) of one route: its total latency and the inverse of its slowest link's bandwidth.
 
     A fair summary of a uniform topology (every route between neighbours
-    alike); on others it is one sample, and the closed form is only a guide.
+    alike); on others it is one sample, and the closed form is only a guide:
+    ``schedule_alpha_beta`` takes the slowest route a schedule uses instead.
     """
     if topology.ranks < 2:
         return 0.0, 0.0
@@ -316,3 +317,50 @@ def check_cost(kind: Kind | str, name: str, *, ranks: Iterable[int] = range(1, 1
                                     f"(simulated / closed form {ratio})")
                 cases.append(CostCase(p, case_params, root, measured, formula, run.time, closed, tuple(problems)))
     return CostCheck(alg.kind, alg.name, alg.module, alg.cost.formula, size, tuple(cases), tuple(skipped))
+
+
+# -- the α and β of a closed form on a network whose routes differ ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteTerms:
+    """The α and β a closed form takes for one schedule on one topology: those of the slowest route the
+    schedule uses (the largest latency, the narrowest bottleneck; ``alpha_route``, ``beta_route``), with the
+    fastest beside them. ``uniform`` when every route it uses has the same α and β: there the closed form is
+    the network's; elsewhere it charges every step the slowest route, an estimate."""
+
+    alpha: float
+    beta: float
+    alpha_route: tuple[int, int]
+    beta_route: tuple[int, int]
+    min_alpha: float
+    min_beta: float
+    routes: int
+    """How many (src, dst) routes the schedule's transfers use."""
+
+    @property
+    def uniform(self) -> bool:
+        return math.isclose(self.alpha, self.min_alpha, rel_tol=1e-9, abs_tol=1e-15) and \
+            math.isclose(self.beta, self.min_beta, rel_tol=1e-9, abs_tol=1e-30)
+
+
+def schedule_alpha_beta(schedule: object, topology: Topology) -> RouteTerms:
+    """``RouteTerms`` over the routes of every (src, dst) pair that ``schedule``'s transfers connect on
+    ``topology``; a schedule without one (a single rank, switch operations only) gets route 0 -> 1's."""
+    import numpy as np
+
+    p = topology.ranks
+    c = schedule.columns()  # type: ignore[attr-defined]
+    remote = c.src != c.dst
+    keys = np.unique(c.src[remote].astype(np.int64) * p + c.dst[remote]).tolist() if p > 1 else []
+    pairs = [(k // p, k % p) for k in keys] or ([(0, 1)] if p > 1 else [])
+    if not pairs:
+        return RouteTerms(0.0, 0.0, (0, 0), (0, 0), 0.0, 0.0, 0)
+    routes = topology.route_links_many(pairs)
+    bandwidths = topology.link_bandwidths()
+    alpha = {pair: float(routes[pair][1]) for pair in pairs}
+    beta = {pair: 1.0 / min(bandwidths[i] for i in routes[pair][0]) for pair in pairs}
+    slow_a = max(pairs, key=lambda q: (alpha[q], -q[0], -q[1]))  # the first of the slowest, in rank order
+    slow_b = max(pairs, key=lambda q: (beta[q], -q[0], -q[1]))
+    return RouteTerms(alpha[slow_a], beta[slow_b], slow_a, slow_b, min(alpha.values()), min(beta.values()),
+                      len(pairs))
