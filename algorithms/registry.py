@@ -191,23 +191,50 @@ class Algorithm:
         refusal = self.refusal(ranks, params)
         if refusal is not None:
             raise RegistryError(refusal)
+        extra: dict[str, Any] = {}
         if self.kind is Kind.ALLTOALLV:
             if root is not None:
                 raise RegistryError(f"{self.kind} has no root, got root={root}")
-            with no_gc():
-                return self.builder(ranks, matrix=matrix, **resolved)
-        if matrix is not None:
+            extra["matrix"] = matrix
+        elif matrix is not None:
             raise RegistryError(f"{self.kind} takes no traffic matrix (alltoallv does)")
-        if self.kind in ROOTED_KINDS:
+        elif self.kind in ROOTED_KINDS:
             root = 0 if root is None else root
             if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < ranks:
                 raise RegistryError(f"root {root!r} out of range for {ranks} ranks")
-            with no_gc():
-                return self.builder(ranks, root=root, **resolved)
-        if root is not None:
+            extra["root"] = root
+        elif root is not None:
             raise RegistryError(f"{self.kind} has no root, got root={root}")
-        with no_gc():
-            return self.builder(ranks, **resolved)
+        try:
+            with no_gc():
+                schedule = self.builder(ranks, **extra, **resolved)
+        except CollschedError:
+            raise
+        except Exception as e:  # a builder's own bug: name it, its module and what it was asked for
+            raise RegistryError(f"{self._called(ranks, extra, resolved)} raised {type(e).__name__}: {e}") from None
+        return self._checked(schedule, ranks, extra, resolved)
+
+    def _called(self, ranks: int, extra: Mapping[str, Any], resolved: Mapping[str, Any]) -> str:
+        """The builder call in words: its module and function, the algorithm, p and the parameters."""
+        args = ", ".join(f"{k}={v!r}" for k, v in {**({"root": extra["root"]} if "root" in extra else {}),
+                                                   **resolved}.items())
+        where = f"{getattr(self.builder, '__module__', '?')}.{getattr(self.builder, '__qualname__', '?')}"
+        return f"{self.kind}/{self.name} (builder {where}) for p={ranks}{f', {args}' if args else ''}"
+
+    def _checked(self, schedule: object, ranks: int, extra: Mapping[str, Any], resolved: Mapping[str, Any]
+                 ) -> Schedule:
+        """``schedule`` when it is what the builder was asked for: a Schedule of this kind, p ranks and root."""
+        if not isinstance(schedule, Schedule):
+            problem = f"returned a {type(schedule).__name__}, not a Schedule"
+        elif schedule.collective.kind is not self.kind:
+            problem = f"returned a {schedule.collective.kind} schedule"
+        elif schedule.collective.ranks != ranks:
+            problem = f"returned a schedule for {schedule.collective.ranks} ranks"
+        elif "root" in extra and schedule.collective.root != extra["root"]:
+            problem = f"returned a schedule rooted at {schedule.collective.root}"
+        else:
+            return schedule
+        raise RegistryError(f"{self._called(ranks, extra, resolved)} {problem}")
 
 
 @contextmanager
@@ -299,8 +326,8 @@ def import_modules(names: Iterable[str], *, where: str = "--import") -> None:
         except ModuleNotFoundError as e:
             hint = _not_found_hint(name, where) if e.name == name.split(".")[0] else ""
             raise RegistryError(f"{where}: cannot import module {name!r}: {type(e).__name__}: {e}{hint}") from None
-        except Exception as e:  # an ImportError, or whatever the module raised while running
-            raise RegistryError(f"{where}: cannot import module {name!r}: {type(e).__name__}: {e}") from None
+        except (Exception, SystemExit) as e:  # an ImportError, or whatever the module raised while running
+            raise RegistryError(f"{where}: cannot import module {name!r}: {_raised(e)}") from None
 
 
 def _in_module(error: CollschedError, where: str, what: str, module: str) -> CollschedError:
@@ -350,9 +377,17 @@ def _import_file(path: str, where: str) -> None:
     except CollschedError as e:
         del sys.modules[stem]
         raise _in_module(e, where, repr(path), stem) from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         del sys.modules[stem]
-        raise RegistryError(f"{where}: cannot import {path!r}: {type(e).__name__}: {e}") from None
+        raise RegistryError(f"{where}: cannot import {path!r}: {_raised(e)}") from None
+
+
+def _raised(error: BaseException) -> str:
+    """What a module raised while being imported, in words: a ``SystemExit`` (``sys.exit`` or ``exit()`` at
+    import) would otherwise end the command with its code and no output."""
+    if isinstance(error, SystemExit):
+        return f"the module called sys.exit({error.code!r}) while being imported"
+    return f"{type(error).__name__}: {error}"
 
 
 def env_modules() -> list[str]:
@@ -373,8 +408,8 @@ def load_entry_points(group: str, error: type[CollschedError]) -> None:
                 loaded()
         except CollschedError as e:
             raise error(f"{where}: {e}") from None
-        except Exception as e:
-            raise error(f"{where}: cannot load: {type(e).__name__}: {e}") from None
+        except (Exception, SystemExit) as e:
+            raise error(f"{where}: cannot load: {_raised(e)}") from None
 
 
 _plugins_loaded = False
