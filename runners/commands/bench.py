@@ -80,7 +80,10 @@ def _buffers(kind: Kind, p: int, rank: int, root: int | None, n: int, dtype: Any
     x = _data(rank, n * (p if wide_in else 1), dtype)
     seg = slice(rank * n, (rank + 1) * n)
     if kind in (Kind.ALLREDUCE, Kind.REDUCE):
-        expected = sum((_data(r, n, torch.int64) for r in range(p)), torch.zeros(n, dtype=torch.int64)).to(dtype)
+        # Each rank's data as its dtype holds it, summed exactly: for bool, a count of the True inputs, so that
+        # .to(bool) is their OR, as torch's SUM on bool is (a sum of the raw small integers can cancel to 0).
+        expected = sum((_data(r, n, dtype).to(torch.int64) for r in range(p)),
+                       torch.zeros(n, dtype=torch.int64)).to(dtype)
         if kind is Kind.REDUCE and rank != root:
             expected = None
         return x, None, expected
@@ -91,7 +94,8 @@ def _buffers(kind: Kind, p: int, rank: int, root: int | None, n: int, dtype: Any
         expected = torch.cat([_data(r, n, dtype) for r in range(p)]) if out is not None else None
         return x, out, expected
     if kind is Kind.REDUCESCATTER:
-        total = sum((_data(r, p * n, torch.int64)[seg] for r in range(p)), torch.zeros(n, dtype=torch.int64))
+        total = sum((_data(r, p * n, dtype)[seg].to(torch.int64) for r in range(p)),
+                    torch.zeros(n, dtype=torch.int64))
         return x, torch.empty(n, dtype=dtype), total.to(dtype)
     if kind is Kind.SCATTER:
         return (x if rank == root else None), torch.empty(n, dtype=dtype), _data(root or 0, p * n, dtype)[seg]
@@ -379,11 +383,13 @@ def _print(rows: list[dict[str, Any]], as_json: bool) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import os
 
-    from runners.commands.launch import SpawnError, spawn
+    from runners.commands.launch import SpawnError, check_ranks, spawn
 
     _check_counts(args)
     if args.nproc < 1:
         raise BenchError(f"--nproc must be >= 1, got {args.nproc}")
+    # Per rank: the largest size's input, output and expected result, and torch's own side's copies.
+    check_ranks(args.nproc, 6.0 * max(parse_sizes(args.sizes)))
     schedule, report = _checked_schedule(args, args.nproc)
     if not report.ok:
         return _refuse(report, args.json, "collsched bench")
