@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"algorithms": 0, "sim": 1, "runners": 2}
 # Inside sim, the order the subpackages build on each other (a lower one never imports a higher one).
 SIM_LAYERS = {"units": 0, "progress": 0, "lazy": 0, "topology": 1, "verify": 1, "engine": 2, "machine": 3, "bounds": 4,
-              "guards": 4, "cli": 5}
+              "guards": 4, "cli": 5, "campaign": 6}
 # Inside runners, likewise: one schedule's execution, the backend built on it, the commands on both.
 RUNNERS_LAYERS = {"errors": 0, "execution": 1, "backend": 2, "commands": 3}
 SUB_LAYERS = {"sim": SIM_LAYERS, "runners": RUNNERS_LAYERS}

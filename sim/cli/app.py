@@ -63,8 +63,10 @@ from sim.cli.common import ParseError, Parser
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 
-COMMANDS: tuple[str, ...] = ("listing", "verify", "export", "simulate", "sweep", "bound", "synthesize", "fit")
-"""The torch-free command modules, in the order ``--help`` lists them; each has ``add_parser(subparsers)``."""
+COMMANDS: tuple[str, ...] = ("listing", "verify", "export", "simulate", "sweep", "bound", "synthesize", "fit",
+                             "sim.campaign.command")
+"""The torch-free command modules, in the order ``--help`` lists them; each has ``add_parser(subparsers)``.
+A dotted name is a module outside ``sim.cli`` (``sim.campaign`` sits above it)."""
 
 
 def build_parser(extensions: Sequence[str] = ()) -> Parser:
@@ -78,7 +80,7 @@ def build_parser(extensions: Sequence[str] = ()) -> Parser:
                                                   "bench, demo, calibrate on torch).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"sim.cli.{name}").add_parser(sub)
+        importlib.import_module(name if "." in name else f"sim.cli.{name}").add_parser(sub)
     for name in extensions:
         importlib.import_module(name).add_parser(sub)
     return parser

@@ -11,7 +11,7 @@ from algorithms import build
 from algorithms import formats as fileformat
 from runners.commands.cli import build_parser, main
 
-COMMANDS = ("list", "verify", "export", "convert", "simulate", "sweep", "bound", "synthesize", "fit",
+COMMANDS = ("list", "verify", "export", "convert", "simulate", "sweep", "bound", "synthesize", "fit", "campaign",
             "bench", "demo", "calibrate", "validate", "tune")
 
 

@@ -1,0 +1,131 @@
+"""Where a campaign's tasks run: a local process pool (the default) or a Dask cluster.
+
+A task is a list of ``(key, canonical config)``; a worker runs ``simulate.run_chunk`` on it and returns
+``(key, row)`` pairs, which ``sink`` (the driver: the store and the progress bar) receives in this process
+as each task completes. Both executors run the same function on the same tasks, so they store the same rows.
+
+The pool keeps at most two tasks per worker in flight, so a pool that breaks (a worker killed by the
+kernel, a crash in native code) loses only those: they run again one configuration per task, and a
+configuration that breaks the pool alone is stored as an error. Workers leave when the process that
+started them does (a thread in each watches its parent), so a driver killed with SIGKILL leaves no
+orphans computing.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from sim.campaign.simulate import run_chunk
+
+__all__ = ["Sink", "Task", "error_rows", "run_dask", "run_pool"]
+
+Task = Sequence[tuple[str, Mapping[str, Any]]]
+Sink = Callable[[list[tuple[str, dict[str, Any]]]], None]
+DIED = "the worker process died while simulating this configuration (killed for memory, or a crash)"
+
+
+def error_rows(task: Task, message: str) -> list[tuple[str, dict[str, Any]]]:
+    """A task's configurations stored as errors with ``message`` (the task itself could not run)."""
+    return [(key, {"status": "error", "error": message}) for key, _ in task]
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(3)  # the driver is gone: nobody will read what this worker computes
+
+
+def _worker_init(parent: int) -> None:
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="campaign-parent-watch").start()
+
+
+def run_pool(tasks: Sequence[Task], workers: int, imports: Sequence[str], sink: Sink) -> None:
+    """Run ``tasks`` on a pool of ``workers`` processes (spawned: no state of this process is shared),
+    handing each task's rows to ``sink`` as it completes."""
+    queue: deque[tuple[Task, bool]] = deque((t, False) for t in tasks)
+    ctx = multiprocessing.get_context("spawn")
+    while queue:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                   initargs=(os.getpid(),))
+        inflight: dict[Future[Any], tuple[Task, bool]] = {}
+        broken: list[tuple[Task, bool]] = []
+        try:
+            while (queue or inflight) and not broken:
+                while queue and len(inflight) < 2 * workers:
+                    task, alone = queue.popleft()
+                    inflight[pool.submit(run_chunk, task, tuple(imports))] = (task, alone)
+                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                for f in done:
+                    task, alone = inflight.pop(f)
+                    try:
+                        rows = f.result()
+                    except BrokenProcessPool:
+                        broken.append((task, alone))
+                        continue
+                    except Exception as e:  # the task could not run at all (an import it needs failed)
+                        rows = error_rows(task, f"{type(e).__name__}: {e}")
+                    sink(rows)
+        finally:
+            if broken:
+                broken += list(inflight.values())  # a broken pool fails everything it held
+            pool.shutdown(wait=not broken, cancel_futures=True)
+        for task, alone in reversed(broken):
+            if alone:
+                sink(error_rows(task, DIED))
+            else:  # once more, one configuration a task, to find the one that kills its worker
+                queue.extendleft(([item], True) for item in reversed(task))
+
+
+def run_dask(tasks: Sequence[Task], imports: Sequence[str], sink: Sink, *, address: str | None = None,
+             client: Any = None) -> None:
+    """Run ``tasks`` on the Dask cluster whose scheduler is at ``address`` (or through ``client``), handing
+    each task's rows to ``sink`` as it completes. A task that Dask gives up on (a worker lost three times:
+    ``KilledWorker``) is stored as errors."""
+    from distributed import Client, as_completed
+
+    own = client is None
+    if own:
+        try:
+            client = Client(address, timeout="30s")
+        except OSError as e:
+            from algorithms.errors import UsageError
+
+            raise UsageError(f"--scheduler {address}: cannot connect: {e}") from None
+    futures: dict[Any, Task] = {}
+    try:
+        for f, task in zip(client.map(run_chunk, list(tasks), imports=tuple(imports), pure=False), tasks,
+                           strict=True):
+            futures[f] = task
+        for f in as_completed(list(futures)):
+            task = futures.pop(f)
+            try:
+                rows = f.result()
+            except Exception as e:
+                rows = error_rows(task, f"{type(e).__name__}: {e}")
+            sink(rows)
+    finally:
+        if futures:
+            client.cancel(list(futures))
+        if own:
+            client.close()
+
+
+def dask_threads(address: str | None = None, client: Any = None) -> int:
+    """The worker threads of a Dask cluster (what a campaign's estimate divides by)."""
+    from distributed import Client
+
+    own = client is None
+    c = Client(address, timeout="30s") if own else client
+    try:
+        return max(1, sum(c.nthreads().values()))
+    finally:
+        if own:
+            c.close()
