@@ -69,7 +69,7 @@ def _demo(args: argparse.Namespace, summary: dict[str, Any]) -> int:
     from runners.commands.bench import table
     from runners.commands.launch import SpawnError, spawn
     from sim.cli.common import schedule_from_args
-    from sim.engine.closed_form import predict, route_alpha_beta
+    from sim.engine.closed_form import predict, schedule_alpha_beta
     from sim.engine.reference import simulate
     from sim.engine.trace import plot_timeline, write_trace
     from sim.topology import from_spec
@@ -117,12 +117,16 @@ def _demo(args: argparse.Namespace, summary: dict[str, Any]) -> int:
     summary["simulate"] = result.to_dict()
     alg = registry.get(schedule.collective.kind, schedule.name)
     if alg.cost is not None and topology.ranks > 1:
-        alpha, beta = route_alpha_beta(topology)
+        # The terms of the routes this schedule uses, as `simulate` prices them (not route 0 -> 1's).
+        terms = schedule_alpha_beta(schedule, topology)
         params = {} if args.chunks is None else {"chunks": args.chunks}
         params.update(dict(args.param))
-        pred = predict(alg.kind, alg.name, topology.ranks, size, alpha=alpha, beta=beta, params=params)
+        pred = predict(alg.kind, alg.name, topology.ranks, size, alpha=terms.alpha, beta=terms.beta, params=params)
         print(f"closed form {pred.time * 1e6:.2f} us ({pred.formula}), simulated / closed form "
               f"{result.time / pred.time:.4f}")
+        if not terms.uniform:
+            print(f"note: the {terms.routes} routes this schedule uses differ; the closed form charges every step "
+                  "the slowest route's α and the narrowest route's β, an estimate (the simulation is the reference)")
         summary["closed_form_s"] = pred.time
     trace, plot = out / "trace.json", out / "timeline.png"
     write_trace(result, trace)
