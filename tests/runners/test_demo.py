@@ -75,3 +75,13 @@ def test_demo_of_a_kind_without_a_ring(tmp_path: Path, capsys: pytest.CaptureFix
     code = main(["demo", "-c", "broadcast", "--ranks", "4", "--no-run", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0 and f"[1/4] verify {first} (broadcast p=4" in out
+
+
+def test_demo_prices_the_closed_form_on_the_routes_it_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Ring on two DGX H100 nodes: every step waits on a NIC crossing, so the closed form with the slowest route's
+    # terms is close to the simulation (route 0->1, NVLink, made it read 6.6).
+    code = main(["demo", "--ranks", "16", "--topology", "dgx-h100:2", "--no-run", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    ratio = float(out.split("simulated / closed form ")[1].split()[0])
+    assert code == 0 and 0.8 <= ratio <= 1.25, out
+    assert "the 16 routes this schedule uses differ" in out
