@@ -71,3 +71,18 @@ def test_a_plugin_that_exits_at_import_is_an_error(tmp_path: Path, capsys: pytes
     code = main(["list", "--import", str(quits)])
     err = capsys.readouterr().err
     assert code == 2 and "the module called sys.exit(0) while being imported" in err, err
+
+
+def test_a_builder_that_fails_above_64_ranks_is_named_by_simulate(scratch_names: list[tuple[Kind, str]],
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # No check=: the memory guard trial-builds at 32 and 64 ranks, where this builder raises; the build at the
+    # requested 100 ranks raises too, and that is what the user sees, under --json as everywhere (it was a traceback).
+    def powers_of_three(p: int, chunks: int = 1) -> None:
+        raise ValueError(f"p must be a power of three, got {p}")
+
+    _register(scratch_names, Kind.ALLREDUCE, "t-pow3", powers_of_three)
+    code = main(["simulate", "-c", "allreduce", "-a", "t-pow3", "-t", "switch:100", "--size", "1MiB", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and not out["ok"]
+    assert "allreduce/t-pow3 (builder " in out["error"] and "powers_of_three) for p=100, chunks=1 raised ValueError: " \
+        "p must be a power of three, got 100" in out["error"]
