@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.machine.published import REGIMES, score, tables_in  # noqa: E402
+from sim.cli.common import human_size  # noqa: E402
+from sim.machine.published import REGIMES, score, skip_reason, tables_in  # noqa: E402
 
 
 def _pct(x: float | None) -> str:
@@ -73,10 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"published.py: {e}", file=sys.stderr)
         return 2
-    head = ["table", "preset", "points", "median", "p90", *(name for name, _, _ in REGIMES), "NVLS points",
+    head = ["table", "preset", "points", "median", "p90", "worst", *(name for name, _, _ in REGIMES), "NVLS points",
             "NVLS median", "all median", "all p90"]
     lines = [head]
+    skipped: list[str] = []
     for t in tables:
+        why = skip_reason(t)
+        if why is not None:
+            skipped.append(f"  {t.path.stem}: {why}")
+            continue
         s = score(t)
         if args.rows:
             print(f"# {t.path.name} ({t.preset}, {t.collective}): size, measured us, simulated us, error, "
@@ -85,13 +91,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {r['size']:>12} {r['measured_s'] * 1e6:>10.1f} {r['simulated_s'] * 1e6:>10.1f} "
                       f"{r['error']:>+7.1%}  {r['nccl']:<16} {r['simulated'] if r['nvls'] else ''}")
         st, nv, everything = s.stats(), s.stats(s.nvls_rows), s.stats(s.rows)
+        worst = everything["worst"]
         lines.append([t.path.stem, t.preset, str(st["points"]), _pct(st["median"]), _pct(st["p90"]),
+                      "-" if worst is None else f"{_pct(worst[0])} at {human_size(worst[1])}",
                       *(_ratio(st[name]) for name, _, _ in REGIMES), str(nv["points"]), _pct(nv["median"]),
                       _pct(everything["median"]), _pct(everything["p90"])])
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     print("# measured (nccl-tests, out-of-place) vs collsched -a nccl; regimes: median simulated / measured")
-    for r in lines:
-        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+    for line in lines:
+        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(line, widths, strict=True))))
+    if skipped:
+        print("# left out (the table's own # preset_fit / # note line):")
+        print("\n".join(skipped))
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["REGIMES", "Table", "TableScore", "from_nccl_tests", "load_table", "score", "tables_in"]
+__all__ = ["REGIMES", "Table", "TableScore", "from_nccl_tests", "load_table", "score", "skip_reason", "tables_in"]
 
 REGIMES = (("<=64KiB", 0, 64 << 10), ("between", (64 << 10) + 1, (64 << 20) - 1), (">=64MiB", 64 << 20, math.inf))
 
@@ -68,6 +68,21 @@ def load_table(path: str | Path) -> Table:
                                         if r.oop.time_us is not None])
 
 
+def skip_reason(table: Table) -> str | None:
+    """Why ``table`` cannot be scored on its preset (its own ``# preset_fit`` line where the preset is not a SPEC
+    this model builds), or None."""
+    from sim.topology.forms import from_spec
+    from sim.topology.gpus import node_size
+
+    try:
+        topo = from_spec(table.preset)
+    except Exception:
+        return f"preset {table.preset!r}: {table.header.get('preset_fit', 'not a GPU preset')}"
+    if node_size(topo) is None:
+        return f"preset {table.preset!r} is not a GPU preset"
+    return None
+
+
 def tables_in(dirs: Iterable[str | Path]) -> list[Table]:
     """Every ``.tsv`` table in the directories (sorted by name)."""
     out = []
@@ -92,9 +107,11 @@ class TableScore:
     def stats(self, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         rows = self._kept() if rows is None else rows
         errs = [abs(r["error"]) for r in rows]
+        worst = max(rows, key=lambda r: abs(r["error"]), default=None)
         out: dict[str, Any] = {"points": len(rows),
                                "median": float(np.percentile(errs, 50)) if errs else None,
-                               "p90": float(np.percentile(errs, 90)) if errs else None}
+                               "p90": float(np.percentile(errs, 90)) if errs else None,
+                               "worst": None if worst is None else (abs(worst["error"]), worst["size"])}
         for name, lo, hi in REGIMES:
             rs = [r["simulated_s"] / r["measured_s"] for r in rows if lo <= r["size"] <= hi]
             out[name] = float(np.median(rs)) if rs else None
