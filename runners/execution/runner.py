@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -97,12 +98,12 @@ from runners.execution.arguments import (
 from runners.execution.arguments import salt as salt_of
 from runners.execution.buffers import Buffers, combine
 from runners.execution.executors import EXECUTORS, Context, execute_grouped, execute_host
-from runners.execution.plan import rank_plan
+from runners.execution.plan import RankPlan, rank_plan
 from runners.execution.staging import release_memory, staging_bytes
 from runners.execution.switching import SwitchError, on_torch
 
-__all__ = ["AUTO_CPU", "EXECUTORS", "SUPPORTED_DTYPES", "InputError", "RunError", "RunTimeout", "release_memory",
-           "run", "staging_bytes"]
+__all__ = ["AUTO_CPU", "EXECUTORS", "SUPPORTED_DTYPES", "InputError", "Prepared", "RunError", "RunTimeout",
+           "prepare", "release_memory", "run", "staging_bytes"]
 
 ReduceOp = dist.ReduceOp
 
@@ -152,6 +153,35 @@ def _seconds(timeout: float | timedelta | None) -> float:
     return seconds
 
 
+@dataclass
+class Prepared:
+    """What a run needs before any data moves (``prepare``): the schedule as it runs, this rank's plan, the
+    arguments checked across ranks, and the engine, executor, device and time limits chosen."""
+
+    schedule: Schedule
+    """With switch operations as point-to-point transfers (``on_torch``)."""
+    plan: RankPlan
+    op: int
+    """``runners.execution.arguments.OP_NAMES`` index."""
+    row: list[int]
+    """This rank's metadata row (``runners.execution.arguments.metadata``)."""
+    n: int
+    """Elements per rank the ranks agree on (for a barrier, 1); 0 or less: nothing to move."""
+    group: Any
+    globals_: list[int]
+    seconds: float
+    deadline: float
+    engine: str
+    """``native`` or ``python``."""
+    executor: str
+    """``grouped`` or ``dataflow``, as chosen for the device."""
+    device: torch.device
+    dtype: torch.dtype
+    check: Any = None
+    """The native in-band check of this call (``runners.execution.native.watch``), or None."""
+    salt: int = 0
+
+
 def run(
     schedule: Schedule,
     tensor: torch.Tensor | None = None,
@@ -192,6 +222,25 @@ def run(
     (see the module docstring). ``engine``: ``"native"`` (runners.execution.native: the C++ executor, no GIL),
     ``"python"`` (runners.execution.executors), or None: ``COLLSCHED_EXECUTOR``, native where it builds.
     """
+    member = _member(schedule, group, timeout)
+    if member is None:
+        return None
+    rank, p, seconds = member
+    prepared = prepare(schedule, tensor, output, op_index(op), group, rank=rank, p=p, seconds=seconds, check=check,
+                       executor=executor, engine=engine)
+    coll = prepared.schedule.collective
+    result = output if not coll.in_place else tensor
+    if coll.kind is not Kind.BARRIER and prepared.n <= 0:
+        return result
+    bufs = Buffers(prepared.schedule, prepared.plan, tensor, output, prepared.n, prepared.dtype, prepared.device)
+    _execute(prepared, bufs)
+    bufs.finish()
+    _average(prepared, rank, result)
+    return result
+
+
+def _member(schedule: Schedule, group: Any, timeout: float | timedelta | None) -> tuple[int, int, float] | None:
+    """(rank, group size, seconds) of a valid call; None on a process outside ``group``."""
     if not isinstance(schedule, Schedule):
         raise InputError(f"schedule must be a Schedule, got {type(schedule).__name__}")
     if not dist.is_initialized():
@@ -205,88 +254,135 @@ def run(
     if p != coll.ranks:
         raise InputError(f"run({schedule.name} {coll.describe()}): the schedule is for {coll.ranks} ranks but "
                          f"the group has {p}")
+    return rank, p, seconds
+
+
+def prepare(schedule: Schedule, tensor: torch.Tensor | None, output: torch.Tensor | None, op: int, group: Any, *,
+            rank: int, p: int, seconds: float, check: bool, executor: str = "auto",
+            engine: str | None = None) -> Prepared:
+    """Everything before data moves, each step once: the schedule on torch, this rank's plan, the engine, the
+    local check of the arguments, their cross-rank check (the exchange of rows, or in band), the device and the
+    executor. Raises ``InputError`` as ``run`` documents. ``run`` calls it, and so does the C++ backend on the
+    first call of a signature (``runners.backend.cpp.Core.prepare``), which then runs the call itself."""
+    schedule, plan = _compiled(schedule, rank)
+    engine = _engine(executor, engine)
+    code, detail, n = local_check(schedule, rank, tensor, output, op, devices_of(group))
+    row = metadata(schedule, plan, tensor, output, op, code, detail, n)
+    deadline = time.monotonic() + seconds
+    globals_ = [dist.get_global_rank(group, r) if group is not None else r for r in range(p)]
+    table, watched, salt = _cross_check(schedule, row, code, group, rank, globals_, deadline, check, engine)
+    kind = schedule.collective.kind
+    if kind is not Kind.BARRIER:
+        n = common_count(table)
+    device, dtype = _device(schedule, rank, tensor, output, group)
+    if kind is Kind.BARRIER or n > 0:  # a call that moves nothing returns before choosing
+        executor = _executor(executor, device, kind)
+    return Prepared(schedule, plan, op, row, n, group, globals_, seconds, deadline, engine, executor, device, dtype,
+                    watched, salt)
+
+
+def _compiled(schedule: Schedule, rank: int) -> tuple[Schedule, RankPlan]:
+    """The schedule on torch and this rank's plan of it (refused with InputError when it cannot run)."""
     try:
         schedule = on_torch(schedule)  # switch operations become point-to-point transfers
     except SwitchError as e:
         raise InputError(f"run({e})") from None
     plan = rank_plan(schedule, rank)
     if plan.race is not None:
-        raise InputError(f"run({schedule.name} {coll.describe()}): the schedule cannot run: {plan.race}")
+        raise InputError(f"run({schedule.name} {schedule.collective.describe()}): the schedule cannot run: "
+                         f"{plan.race}")
+    return schedule, plan
+
+
+def _engine(executor: str, engine: str | None) -> str:
+    """The engine that runs (``native`` or ``python``), after checking ``executor`` and ``engine``."""
     if executor not in EXECUTORS:
         raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if engine not in (None, "native", "python"):
         raise InputError(f"engine must be 'native', 'python' or None, got {engine!r}")
     try:
-        engine = engine or native.chosen()
+        return engine or native.chosen()
     except ValueError as e:  # COLLSCHED_EXECUTOR names neither
         raise InputError(str(e)) from None
-    opi = op_index(op)
-    devices = devices_of(group)
-    code, detail, n = local_check(schedule, rank, tensor, output, opi, devices)
-    row = metadata(schedule, plan, tensor, output, opi, code, detail, n)
-    deadline = time.monotonic() + seconds
-    what = f"{schedule.name} {coll.describe()}"
-    globals_ = [dist.get_global_rank(group, r) if group is not None else r for r in range(p)]
-    watched = None
-    salt = 0
+
+
+def _cross_check(schedule: Schedule, row: list[int], code: int, group: Any, rank: int, globals_: list[int],
+                 deadline: float, check: bool, engine: str) -> tuple[list[list[int]], Any, int]:
+    """(every rank's row, the native check of this call, its salt): the arguments compared across ranks.
+
+    With the native engine on CPU, by ``_native_check``; else the all-gather of rows (``check``), or this
+    rank's own row alone (``check=False`` or one rank)."""
+    p = len(globals_)
     if check and p > 1 and engine == "native" and meta_device(group).type == "cpu" and native.available():
-        # Checked once per signature and group by the exchange; later calls in band (runners.execution.arguments).
-        cache = checked_before(group if group is not None else dist.group.WORLD)
-        sig = signature(row)
-        counter = native.next_call(group)
-        # An alltoallv (a schedule per traffic matrix) is exchanged every call, never checked in band.
-        in_band = coll.kind is not Kind.ALLTOALLV
-        before = in_band and code == 0 and sig in cache
-        salt = salt_of([*row, int(before)], counter, salt_shift(schedule)) if in_band else 0
-        before = before and salt != 0
-        watched = native.watch(group, [*row, int(before)], rank, p, salt, counter, stall_seconds())
-        if before:
-            table = [row]
-        else:
-            table = native.exchange(row, group, globals_, rank, deadline, what, schedule, watched,
-                                    counter)  # one round instead of p-1
-            check_table(schedule, table)
-            if in_band:
-                cache.add(sig)
-    elif check and p > 1:
+        return _native_check(schedule, row, code, group, rank, globals_, deadline)
+    if check and p > 1:
+        what = f"{schedule.name} {schedule.collective.describe()}"
         table = exchange(row, group, globals_, meta_device(group), rank, deadline, what)
         check_table(schedule, table)
-    else:
-        check_own_row(schedule, rank, row)
-        table = [row]
-    result = output if not coll.in_place else tensor
-    if coll.kind is not Kind.BARRIER:
-        n = common_count(table)
-        if n <= 0:
-            return result
-    ref = tensor if isinstance(tensor, torch.Tensor) and plan.schedule.buffer_chunks(rank, Buf.INPUT) else output
-    if coll.kind is Kind.BARRIER or ref is None:
-        device = meta_device(group)
-        dtype = torch.uint8 if ref is None else ref.dtype
-    else:
-        device, dtype = ref.device, ref.dtype
-    bufs = Buffers(schedule, plan, tensor, output, n, dtype, device)
-    ctx = Context(plan, bufs, group, globals_, combine(opi, coll.kind), seconds, deadline)
-    ctx.salt = salt
-    chosen = _executor(executor, device, coll.kind)
+        return table, None, 0
+    check_own_row(schedule, rank, row)
+    return [row], None, 0
+
+
+def _native_check(schedule: Schedule, row: list[int], code: int, group: Any, rank: int, globals_: list[int],
+                  deadline: float) -> tuple[list[list[int]], Any, int]:
+    """Checked once per signature and group by the exchange; later calls in band (runners.execution.arguments)."""
+    p = len(globals_)
+    cache = checked_before(group if group is not None else dist.group.WORLD)
+    sig = signature(row)
+    counter = native.next_call(group)
+    # An alltoallv (a schedule per traffic matrix) is exchanged every call, never checked in band.
+    in_band = schedule.collective.kind is not Kind.ALLTOALLV
+    before = in_band and code == 0 and sig in cache
+    salt = salt_of([*row, int(before)], counter, salt_shift(schedule)) if in_band else 0
+    before = before and salt != 0
+    watched = native.watch(group, [*row, int(before)], rank, p, salt, counter, stall_seconds())
+    if before:
+        return [row], watched, salt
+    what = f"{schedule.name} {schedule.collective.describe()}"
+    table = native.exchange(row, group, globals_, rank, deadline, what, schedule, watched,
+                            counter)  # one round instead of p-1
+    check_table(schedule, table)
+    if in_band:
+        cache.add(sig)
+    return table, watched, salt
+
+
+def _device(schedule: Schedule, rank: int, tensor: torch.Tensor | None, output: torch.Tensor | None,
+            group: Any) -> tuple[torch.device, torch.dtype]:
+    """The device and dtype of the run's buffers (a barrier's token: the group's device, one byte)."""
+    has_input = isinstance(tensor, torch.Tensor) and schedule.buffer_chunks(rank, Buf.INPUT)
+    ref = tensor if has_input else output
+    if schedule.collective.kind is Kind.BARRIER or ref is None:
+        return meta_device(group), torch.uint8 if ref is None else ref.dtype
+    return ref.device, ref.dtype
+
+
+def _execute(prepared: Prepared, bufs: Buffers) -> None:
+    """Run the plan on ``bufs`` with the chosen engine and executor."""
+    kind = prepared.schedule.collective.kind
+    ctx = Context(prepared.plan, bufs, prepared.group, prepared.globals_, combine(prepared.op, kind),
+                  prepared.seconds, prepared.deadline)
+    ctx.salt = prepared.salt
+    device = prepared.device
     if device.type == "cuda":
-        _ensure_communicator(group, device)
-    if engine == "native" and native.available():
-        native.execute(ctx, opi, dataflow=chosen == "dataflow", check=watched)
-        if device.type == "cuda" and coll.kind is Kind.BARRIER:
-            torch.cuda.current_stream(device).synchronize()
-    elif device.type == "cuda":
-        execute_grouped(ctx)
-        if coll.kind is Kind.BARRIER:
-            torch.cuda.current_stream(device).synchronize()  # a barrier holds the host, as torch's does
-    elif chosen == "grouped":
+        _ensure_communicator(prepared.group, device)
+    if prepared.engine == "native" and native.available():
+        native.execute(ctx, prepared.op, dataflow=prepared.executor == "dataflow", check=prepared.check)
+    elif device.type == "cuda" or prepared.executor == "grouped":
         execute_grouped(ctx)
     else:
         execute_host(ctx)
-    bufs.finish()
-    if coll.kind is not Kind.BARRIER and OP_NAMES[opi] == "AVG" and coll.kind in REDUCING:
-        if coll.kind is not Kind.REDUCE or rank == coll.root:
-            assert result is not None
-            # As gloo does: complex values are divided as (re, im) pairs of reals.
-            (torch.view_as_real(result) if result.is_complex() else result).div_(p)
-    return result
+    if device.type == "cuda" and kind is Kind.BARRIER:
+        torch.cuda.current_stream(device).synchronize()  # a barrier holds the host, as torch's does
+
+
+def _average(prepared: Prepared, rank: int, result: torch.Tensor | None) -> None:
+    """AVG: the sum divided by the group size where a result lands."""
+    coll = prepared.schedule.collective
+    if coll.kind is Kind.BARRIER or OP_NAMES[prepared.op] != "AVG" or coll.kind not in REDUCING:
+        return
+    if coll.kind is not Kind.REDUCE or rank == coll.root:
+        assert result is not None
+        # As gloo does: complex values are divided as (re, im) pairs of reals.
+        (torch.view_as_real(result) if result.is_complex() else result).div_(len(prepared.globals_))
