@@ -4,12 +4,15 @@
 C++ ``c10d::Backend`` that torch's creator returns. The C++ backend owns the group's one worker
 thread (a FIFO, as the Python backend's); its collectives return C++ ``Work`` objects whose
 ``c10::ivalue::Future`` that thread completes. For dense contiguous CPU tensors of the kinds below,
-the first call of each signature (kind, sizes, dtype, op, root) asks ``Core.prepare`` (here, with
-the GIL) for the policy's plan and its buffer layout; the C++ side caches the answer, and every later
-call of the signature runs without any Python: buffers bound, the plan run over the inner gloo group
-by the native executor, results copied back, the future completed. Everything else (other shapes,
-lists, coalesced calls, sparse tensors, CUDA tensors, the checked first call of a signature) runs the Python
-backend's own body for the call on the same worker thread, with the GIL, in issue order
+the first call of each signature (kind, sizes, dtype, op, root) runs on that thread and asks ``Core.prepare``
+(with the GIL) once: the policy's choice, the plan and the argument check (``runners.execution.runner.prepare``,
+the step ``run`` takes too) run once each, and the answer (backend.h's ``Spec``: the plan, its buffer layout
+and the checks) is cached; C++ then runs that call, and every later call of the signature, without any Python:
+buffers bound, the plan run over the inner gloo group by the native executor, results copied back, the future
+completed. From ``dist.all_reduce`` to the executor the first call crosses between Python and C++ twice (into
+the backend, into ``prepare``), a later call once. Everything else (other shapes, lists, coalesced calls,
+sparse tensors, CUDA tensors, signatures ``prepare`` declines) runs the Python backend's own body for the call
+on the same worker thread, with the GIL, in issue order
 (``Core.serve``). ``group_of(pg)`` finds the Python group behind either backend (its ``executed``
 counter, policy, ``monitored_barrier``).
 
@@ -33,24 +36,10 @@ from algorithms.errors import UsageError
 from algorithms.ir import Buf, Kind
 from runners.backend.policy import P2P, schedule
 from runners.errors import RunError
-from runners.execution import native
-from runners.execution.arguments import (
-    OP_NAMES,
-    REDUCING,
-    common_count,
-    devices_of,
-    local_check,
-    metadata,
-    parse_rows,
-    salt_shift,
-    segments,
-    stall_seconds,
-    stalled,
-)
+from runners.execution import native, runner
+from runners.execution.arguments import OP_NAMES, REDUCING, parse_rows, salt_shift, segments, stall_seconds, stalled
 from runners.execution.executors import Context
-from runners.execution.plan import RankPlan, rank_plan
-from runners.execution.runner import AUTO_CPU
-from runners.execution.switching import SwitchError, on_torch
+from runners.execution.plan import RankPlan
 from sim import units
 
 __all__ = ["ENV_BACKEND", "ENV_INLINE", "INLINE_BYTES", "KINDS", "Core", "group_of", "inline_bytes", "unavailable",
@@ -107,15 +96,14 @@ class Core:
     # ------------------------------------------------------------------ a signature miss (called from C++)
 
     def prepare(self, kind_index: int, numel_in: int, numel_out: int, dtype: torch.dtype | None, op: int,
-                root: int) -> Any:
-        """The plan and buffer layout of one signature, as backend.h's ``Spec``; None: the Python path serves it.
+                root: int, seconds: float) -> Any:
+        """The first call of a signature, on the worker in issue order: the policy's choice, the schedule's plan
+        and the argument check (``runners.execution.runner.prepare``: local, then every rank's row exchanged),
+        each once; the answer is backend.h's ``Spec`` (the plan, its buffer layout, the check of this call and of
+        later ones), and C++ runs this call and every later one of the signature natively.
 
-        None wherever the Python body would do something the C++ path does not: the direct fallback, a
-        schedule that cannot run, arguments the runner refuses (it then raises its own error), the Python
-        executor. With the check on (``COLLSCHED_CHECK``, the default) the answer says so (``checked``): the
-        C++ side then runs the first call of the signature through the Python body, whose cross-rank check
-        compares every rank's arguments, and the later ones natively, checked in band with its ``row`` and salt
-        position ``shift`` (runners.execution.arguments).
+        Raises what ``runners.execution.runner.run`` raises for bad arguments, on every rank. None where the
+        Python body serves the signature instead: the direct fallback (``p2p``), the Python executor.
         """
         g = self.group
         if native.chosen() != "native":
@@ -127,43 +115,36 @@ class Core:
         choice = g._choose(kind, nbytes)
         if choice.algorithm == P2P:
             return None
-        try:
-            sched = on_torch(schedule(kind, choice, p, root if kind in _ROOTED else None))
-        except SwitchError:
-            return None
-        plan = rank_plan(sched, rank)
-        if plan.race is not None:
-            return None
+        sched = schedule(kind, choice, p, root if kind in _ROOTED else None)
         tensor = torch.empty(numel_in, dtype=dtype) if kind is not Kind.BARRIER else None
         output = torch.empty(numel_out, dtype=dtype) if numel_out >= 0 else None
-        code, detail, n = local_check(sched, rank, tensor, output, op, devices_of(g._inner["cpu"]))
-        if code != 0:
-            return None
-        row = metadata(sched, plan, tensor, output, op, code, detail, n)
-        n = common_count([row])
-        if kind is not Kind.BARRIER and n <= 0:
-            return None
+        prepared = runner.prepare(sched, tensor, output, op, g._inner["cpu"], rank=rank, p=p, seconds=seconds,
+                                  check=g._check, engine="native")
+        return self._spec(prepared, f"{kind}/{choice}", root, esize)
+
+    def _spec(self, prepared: runner.Prepared, label: str, root: int, esize: int) -> Any:
+        """``prepared`` as backend.h's ``Spec``: runners.execution.buffers' layout as numbers, every field named."""
+        sched, plan, rank, n = prepared.schedule, prepared.plan, prepared.plan.rank, prepared.n
         coll = sched.collective
-        c = coll.chunks
+        kind, c, in_place = coll.kind, coll.chunks, coll.in_place
         s = -(-n // c)
         padded = s * c != n
-        in_place = coll.in_place
-        in_segs = segments(sched, rank, Buf.INPUT) if kind is not Kind.BARRIER else 0
-        out_segs = 0 if in_place or kind is Kind.BARRIER else segments(sched, rank, Buf.OUTPUT)
-        budget = plan.budget_chunks * s * esize
-        divide = OP_NAMES[op] == "AVG" and kind in REDUCING and (kind is not Kind.REDUCE or rank == root)
         compiled = native.NativePlan(plan)
         self._prepared.append(_Prepared(plan, compiled))
         return native.load().Spec(
             plan=compiled.compiled, s=s, n=n, c=c,
-            in_segs=in_segs, in_copy=padded or (plan.writes_input and not in_place),
+            in_segs=segments(sched, rank, Buf.INPUT) if kind is not Kind.BARRIER else 0,
+            in_copy=padded or (plan.writes_input and not in_place),
             in_initial=not (kind is Kind.BROADCAST and rank != root),
-            out_segs=out_segs, out_copy=padded, in_place=in_place,
-            scratch=sched.scratch_chunks * s, budget_bytes=budget, op=op,
-            dataflow=AUTO_CPU.get(kind, "dataflow") == "dataflow", divide=divide,
+            out_segs=0 if in_place or kind is Kind.BARRIER else segments(sched, rank, Buf.OUTPUT),
+            out_copy=padded, in_place=in_place,
+            scratch=sched.scratch_chunks * s, budget_bytes=plan.budget_chunks * s * esize, op=prepared.op,
+            dataflow=prepared.executor == "dataflow",
+            divide=OP_NAMES[prepared.op] == "AVG" and kind in REDUCING and (kind is not Kind.REDUCE or rank == root),
             clone_input=kind is Kind.REDUCE and rank != root, barrier=kind is Kind.BARRIER,
-            label=f"{kind}/{choice}", index=len(self._prepared) - 1,
-            checked=bool(g._check), row=row, shift=salt_shift(sched))
+            label=label, index=len(self._prepared) - 1,
+            checked=bool(self.group._check), row=prepared.row, shift=salt_shift(sched),
+            first_check=prepared.check)
 
     def native_failure(self, index: int, status: int, item: int, text: str, late: bool, seconds: float) -> None:
         """Raise what the Python executor raises for a failed native run (its words: runners.execution.executors)."""

@@ -85,72 +85,68 @@ void Backend::shutdown() {
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) {
+  std::optional<NativeCall> call;
   if (tensors.size() == 1 && simple(tensors[0]) && !opts.sparseIndices.has_value()) {
-    const at::Tensor& t = tensors[0];
-    auto spec = lookup(ALLREDUCE, t, t.numel(), -1, op_code(opts.reduceOp), -1);
-    if (spec) return native(OpType::ALLREDUCE, "allreduce", spec, t, at::Tensor(), {t}, opts.timeout);
+    call = native_call(ALLREDUCE, tensors[0], at::Tensor(), {tensors[0]}, op_code(opts.reduceOp), -1, opts.timeout);
   }
-  return python(OpType::ALLREDUCE, "allreduce", "allreduce", tensors, opts);
+  return dispatch(OpType::ALLREDUCE, "allreduce", call, "allreduce", tensors, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
                                                   const c10d::BroadcastOptions& opts) {
+  std::optional<NativeCall> call;
   if (tensors.size() == 1 && simple(tensors[0]) && opts.rootTensor == 0 && valid_root(opts.rootRank)) {
-    const at::Tensor& t = tensors[0];
-    auto spec = lookup(BROADCAST, t, t.numel(), -1, 0, opts.rootRank);
-    if (spec) return native(OpType::BROADCAST, "broadcast", spec, t, at::Tensor(), {t}, opts.timeout);
+    call = native_call(BROADCAST, tensors[0], at::Tensor(), {tensors[0]}, 0, opts.rootRank, opts.timeout);
   }
-  return python(OpType::BROADCAST, "broadcast", "broadcast", tensors, opts);
+  return dispatch(OpType::BROADCAST, "broadcast", call, "broadcast", tensors, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  std::optional<NativeCall> call;
   if (tensors.size() == 1 && simple(tensors[0]) && opts.rootTensor == 0 && valid_root(opts.rootRank)) {
-    const at::Tensor& t = tensors[0];
-    auto spec = lookup(REDUCE, t, t.numel(), -1, op_code(opts.reduceOp), opts.rootRank);
-    if (spec) return native(OpType::REDUCE, "reduce", spec, t, at::Tensor(), {t}, opts.timeout);
+    call = native_call(REDUCE, tensors[0], at::Tensor(), {tensors[0]}, op_code(opts.reduceOp), opts.rootRank,
+                       opts.timeout);
   }
-  return python(OpType::REDUCE, "reduce", "reduce", tensors, opts);
+  return dispatch(OpType::REDUCE, "reduce", call, "reduce", tensors, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                         const c10d::AllgatherOptions& opts) {
+  std::optional<NativeCall> call;
   if (simple(input) && simple(output) && output.scalar_type() == input.scalar_type() &&
       output.numel() == input.numel() * getSize()) {
-    auto spec = lookup(ALLGATHER, input, input.numel(), output.numel(), 0, -1);
-    if (spec) return native(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", spec, input, output, {output},
-                            opts.timeout);
+    call = native_call(ALLGATHER, input, output, {output}, 0, -1, opts.timeout);
   }
-  return python(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", "_allgather_base", output, input, opts);
+  return dispatch(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", call, "_allgather_base", output, input, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::ReduceScatterOptions& opts) {
+  std::optional<NativeCall> call;
   if (simple(input) && simple(output) && output.scalar_type() == input.scalar_type() &&
       input.numel() == output.numel() * getSize()) {
-    auto spec = lookup(REDUCESCATTER, input, input.numel(), output.numel(), op_code(opts.reduceOp), -1);
-    if (spec) return native(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", spec, input, output, {output},
-                            opts.timeout);
+    call = native_call(REDUCESCATTER, input, output, {output}, op_code(opts.reduceOp), -1, opts.timeout);
   }
-  return python(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", "_reduce_scatter_base", output, input, opts);
+  return dispatch(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", call, "_reduce_scatter_base", output, input,
+                  opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                       std::vector<int64_t>& out_splits, std::vector<int64_t>& in_splits,
                                                       const c10d::AllToAllOptions& opts) {
+  std::optional<NativeCall> call;
   if (out_splits.empty() && in_splits.empty() && simple(input) && simple(output) &&
       output.scalar_type() == input.scalar_type() && input.numel() == output.numel() && input.dim() > 0 &&
       input.size(0) % getSize() == 0 && output.size(0) % getSize() == 0) {
-    auto spec = lookup(ALLTOALL, input, input.numel(), output.numel(), 0, -1);
-    if (spec) return native(OpType::ALLTOALL_BASE, "all_to_all_single", spec, input, output, {output}, opts.timeout);
+    call = native_call(ALLTOALL, input, output, {output}, 0, -1, opts.timeout);
   }
-  return python(OpType::ALLTOALL_BASE, "all_to_all_single", "alltoall_base", output, input, out_splits, in_splits,
-                opts);
+  return dispatch(OpType::ALLTOALL_BASE, "all_to_all_single", call, "alltoall_base", output, input, out_splits,
+                  in_splits, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
-  auto spec = lookup(BARRIER, at::Tensor(), 0, -1, 0, -1);
-  if (spec) return native(OpType::BARRIER, "barrier", spec, at::Tensor(), at::Tensor(), {}, opts.timeout);
-  return python(OpType::BARRIER, "barrier", "barrier", opts);
+  std::optional<NativeCall> call = native_call(BARRIER, at::Tensor(), at::Tensor(), {}, 0, -1, opts.timeout);
+  return dispatch(OpType::BARRIER, "barrier", call, "barrier", opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce_sparse(std::vector<at::Tensor>& tensors,
@@ -264,32 +260,35 @@ void Backend::track(const c10::intrusive_ptr<Work>& work) {
 
 // ------------------------------------------------------------------ the native path
 
-// The cached answer for a signature (asking Python once on a miss); null: the Python path serves it.
-std::shared_ptr<Spec> Backend::lookup(int kind, const at::Tensor& ref, int64_t in, int64_t out, int op, int64_t root) {
-  if (!native_ || op < 0) return nullptr;
-  int dtype = ref.defined() ? static_cast<int>(ref.scalar_type()) : -1;
-  Key key{kind, dtype, op, in, out, root};
-  {
-    std::lock_guard<std::mutex> g(cache_m_);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
-  }
-  std::shared_ptr<Spec> spec;
-  {
-    py::gil_scoped_acquire gil;
-    py::object dt = ref.defined() ? py::reinterpret_borrow<py::object>(
-                                        reinterpret_cast<PyObject*>(torch::getTHPDtype(ref.scalar_type())))
-                                  : py::none();
-    py::object answer = core_.attr("prepare")(kind, in, out, dt, op, root);
-    if (!answer.is_none()) spec = answer.cast<std::shared_ptr<Spec>>();
-  }
+Backend::NativeCall Backend::native_call(int kind, const at::Tensor& input, const at::Tensor& output,
+                                         std::vector<at::Tensor> results, int op, int64_t root, Ms timeout) const {
+  int dtype = input.defined() ? static_cast<int>(input.scalar_type()) : -1;
+  Key key{kind, dtype, op, input.defined() ? input.numel() : 0, output.defined() ? output.numel() : -1, root};
+  return NativeCall{key, input, output, std::move(results), seconds_of(timeout)};
+}
+
+std::optional<std::shared_ptr<Spec>> Backend::cached(const Key& key) {
+  std::lock_guard<std::mutex> g(cache_m_);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Backend::remember(const Key& key, const std::shared_ptr<Spec>& spec) {
   std::lock_guard<std::mutex> g(cache_m_);
   if (cache_.size() >= 256) cache_.clear();  // a cheap bound: shapes that keep changing are rare
   cache_[key] = spec;
-  // The argument check (COLLSCHED_CHECK, on by default): the first call of a signature runs the Python
-  // path, whose cross-rank check compares every rank's arguments; later calls of the signature run
-  // natively, checked in band (salted tags and the stall watch of check.h).
-  return spec && spec->checked ? nullptr : spec;
+}
+
+std::shared_ptr<Spec> Backend::ask(const NativeCall& call) {
+  py::gil_scoped_acquire gil;
+  const at::Tensor& ref = call.input;
+  py::object dt = ref.defined() ? py::reinterpret_borrow<py::object>(
+                                      reinterpret_cast<PyObject*>(torch::getTHPDtype(ref.scalar_type())))
+                                : py::none();
+  const Key& k = call.key;
+  py::object answer = core_.attr("prepare")(k.kind, k.in, k.out, dt, k.op, k.root, call.seconds);
+  return answer.is_none() ? nullptr : answer.cast<std::shared_ptr<Spec>>();
 }
 
 std::shared_ptr<Spec> Spec::from_kwargs(const py::kwargs& kw) {
@@ -315,15 +314,15 @@ std::shared_ptr<Spec> Spec::from_kwargs(const py::kwargs& kw) {
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::native(OpType type, const char* what, std::shared_ptr<Spec> spec,
-                                               at::Tensor input, at::Tensor output, std::vector<at::Tensor> results,
-                                               Ms timeout) {
+                                               NativeCall call) {
   auto work = c10::make_intrusive<Work>(type, what, queue_);
-  double seconds = seconds_of(timeout);
-  auto job = [this, work, spec, input, output, results, seconds] {
+  int64_t bytes = std::max(call.input.defined() ? call.input.nbytes() : 0,
+                           call.output.defined() ? call.output.nbytes() : 0);
+  auto job = [this, work, spec, call] {
     try {
-      run_native(*spec, input, output, seconds);
+      run_native(*spec, call, call.seconds, later_check(*spec));
       counts_->add(spec->label);
-      work->finish(results);
+      work->finish(call.results);
     } catch (...) {
       work->fail(capture());
     }
@@ -332,7 +331,6 @@ c10::intrusive_ptr<c10d::Work> Backend::native(OpType type, const char* what, st
   // the worker and back) are most of a small collective's time on a loaded host. The caller holds no
   // GIL (torch's bindings release it), and no callback can be chained yet, so the Work is simply
   // complete when it is returned. A caller holding the GIL, or a larger message, goes to the worker.
-  int64_t bytes = std::max(input.defined() ? input.nbytes() : 0, output.defined() ? output.nbytes() : 0);
   if (bytes <= inline_bytes_ && !PyGILState_Check() && queue_->begin_inline()) {
     job();
     queue_->end_inline();
@@ -343,7 +341,68 @@ c10::intrusive_ptr<c10d::Work> Backend::native(OpType type, const char* what, st
   return work;
 }
 
-void Backend::run_native(const Spec& sp, const at::Tensor& user_in, const at::Tensor& output, double seconds) {
+// The first call of a signature, on the worker in issue order (its preparation exchanges rows with every rank):
+// Core.prepare answers once, with the policy's plan, its buffers and the checked arguments, and this call runs
+// natively at once. A call issued before the answer finds it cached here and runs as a later call; a signature
+// Python serves runs the Python body.
+c10::intrusive_ptr<c10d::Work> Backend::first(OpType type, const char* what, NativeCall call, Body body) {
+  auto work = c10::make_intrusive<Work>(type, what, queue_);
+  queue_->submit([this, work, call, body] {
+    try {
+      auto started = Clock::now();
+      std::shared_ptr<Spec> spec;
+      std::shared_ptr<Check> check;
+      if (auto hit = cached(call.key)) {
+        spec = *hit;
+        if (spec) check = later_check(*spec);
+      } else {
+        spec = ask(call);
+        if (spec) check = std::move(spec->first_check);
+        remember(call.key, spec);
+      }
+      if (!spec) {
+        work->finish(body());
+        return;
+      }
+      // The preparation's exchange counts against the call's time limit, as in runners.execution.runner.run.
+      double spent = std::chrono::duration<double>(Clock::now() - started).count();
+      run_native(*spec, call, std::max(call.seconds - spent, 0.0), check);
+      counts_->add(spec->label);
+      work->finish(call.results);
+    } catch (...) {
+      work->fail(capture());
+    }
+  });
+  track(work);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::python(OpType type, const char* what, Body body) {
+  auto work = c10::make_intrusive<Work>(type, what, queue_);
+  queue_->submit([work, body] {
+    try {
+      work->finish(body());
+    } catch (...) {
+      work->fail(capture());
+    }
+  });
+  track(work);
+  return work;
+}
+
+// As runners.execution.runner's checked call of a signature it checked before: salted tags and the stall watch.
+std::shared_ptr<Check> Backend::later_check(const Spec& sp) {
+  if (!sp.checked) return nullptr;
+  int64_t counter = next_call(inner_);
+  std::vector<int64_t> row = sp.row;
+  row.push_back(1);  // checked before
+  int64_t salt = salt_of(row, counter, sp.shift);
+  return Check::make(store_, counter, std::move(row), getRank(), getSize(), salt, stall_s_);
+}
+
+void Backend::run_native(const Spec& sp, const NativeCall& call, double seconds, const std::shared_ptr<Check>& check) {
+  const at::Tensor& user_in = call.input;
+  const at::Tensor& output = call.output;
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
   at::Tensor in, out, scratch;
   if (sp.barrier) {
@@ -361,14 +420,6 @@ void Backend::run_native(const Spec& sp, const at::Tensor& user_in, const at::Te
   if (sp.scratch > 0) scratch = at::empty({sp.scratch}, ref.options());
   if (arena_.numel() < sp.budget_bytes) arena_ = at::empty({sp.budget_bytes}, at::TensorOptions().dtype(at::kByte));
   std::vector<at::Tensor> bufs{in.defined() ? in : ref, out.defined() ? out : ref, scratch.defined() ? scratch : ref};
-  std::shared_ptr<Check> check;
-  if (sp.checked) {  // as runners.execution.runner.run's checked call of a signature it checked before
-    int64_t counter = next_call(inner_);
-    std::vector<int64_t> row = sp.row;
-    row.push_back(1);  // checked before
-    int64_t salt = salt_of(row, counter, sp.shift);
-    check = Check::make(store_, counter, std::move(row), getRank(), getSize(), salt, stall_s_);
-  }
   auto started = Clock::now();
   auto [status, item, text] = sp.plan->run(bufs, sp.s, inner_, arena_, sp.barrier ? TOKEN : sp.op, seconds,
                                            sp.dataflow, check);

@@ -3,13 +3,15 @@
 //
 // Every collective becomes a job on the group's one worker thread, a FIFO (collectives complete in issue
 // order, async_op returns at once). A job is either
-//   - native: a dense, contiguous CPU tensor of a signature (kind, sizes, dtype, op, root) for which the
-//     Python policy has compiled a plan. The first call of a signature asks Python once (with the GIL:
-//     runners.backend.cpp.Core.prepare) for the plan and its buffer layout, and the answer is cached; a
-//     later call runs with no Python at all (buffers bound, plan run over the inner gloo group, AVG divided,
-//     results copied back, the future completed), or
-//   - python: everything else (other shapes and kinds, CUDA tensors, the checked first call of a signature):
-//     the worker takes the GIL and runs the Python backend's own body for the call
+//   - native: a dense, contiguous CPU tensor of a signature (kind, sizes, dtype, op, root) that the Python
+//     policy serves with a schedule. The first call of a signature runs on the worker and asks Python once
+//     (with the GIL: runners.backend.cpp.Core.prepare, which chooses the schedule, compiles its plan and checks
+//     the ranks' arguments, each once) for a Spec (the plan and its buffer layout); the Spec is cached and the
+//     call runs natively at once. A later call runs with no Python at all (buffers bound, plan run over the
+//     inner gloo group, AVG divided, results copied back, the future completed), checked in band (check.h);
+//     a small one with nothing queued runs in the caller's thread. Or
+//   - python: everything else (other shapes and kinds, CUDA tensors, a signature Python declines, such as the
+//     direct fallback): the worker takes the GIL and runs the Python backend's own body for the call
 //     (runners.backend.group.CollschedProcessGroup, made with an inline queue), so every feature of the Python
 //     backend keeps working, in issue order.
 // A native failure is turned into the Python executor's RunError / RunTimeout (naming step, transfer and
@@ -23,8 +25,10 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -66,6 +70,9 @@ struct Spec {
   bool checked = false;
   std::vector<int64_t> row;
   int64_t shift = 0;
+  // The check of the call that prepared the signature, its rows already exchanged by prepare (None: unchecked):
+  // that call runs with it, and the cached Spec drops it; a later call makes its own (`checked`).
+  std::shared_ptr<Check> first_check;
 
   static std::shared_ptr<Spec> from_kwargs(const py::kwargs& kw);
 };
@@ -75,7 +82,8 @@ struct Spec {
   X(std::shared_ptr<Plan>, plan) X(int64_t, s) X(int64_t, n) X(int64_t, c) X(int64_t, in_segs) X(bool, in_copy) \
   X(bool, in_initial) X(int64_t, out_segs) X(bool, out_copy) X(bool, in_place) X(int64_t, scratch)              \
   X(int64_t, budget_bytes) X(int64_t, op) X(bool, dataflow) X(bool, divide) X(bool, clone_input) X(bool, barrier) \
-  X(std::string, label) X(int64_t, index) X(bool, checked) X(std::vector<int64_t>, row) X(int64_t, shift)
+  X(std::string, label) X(int64_t, index) X(bool, checked) X(std::vector<int64_t>, row) X(int64_t, shift)       \
+  X(std::shared_ptr<Check>, first_check)
 
 // How many collectives ran natively, per "kind/algorithm" (Python folds them into group.executed).
 class Counts {
@@ -193,32 +201,56 @@ class Backend : public c10d::Backend {
     return timeout.count() > 0 ? static_cast<double>(timeout.count()) / 1000.0 : seconds_;
   }
 
-  std::shared_ptr<Spec> lookup(int kind, const at::Tensor& ref, int64_t in, int64_t out, int op, int64_t root);
-  void track(const c10::intrusive_ptr<Work>& work);
-  c10::intrusive_ptr<c10d::Work> native(OpType type, const char* what, std::shared_ptr<Spec> spec, at::Tensor input,
-                                        at::Tensor output, std::vector<at::Tensor> results, Ms timeout);
-  void run_native(const Spec& sp, const at::Tensor& user_in, const at::Tensor& output, double seconds);
+  // A call the native path may serve: its signature, its tensors, what its Work returns and its time limit.
+  struct NativeCall {
+    Key key;
+    at::Tensor input, output;
+    std::vector<at::Tensor> results;
+    double seconds;
+  };
+  // The Python backend's body for a call (Core.serve), run on the worker thread with the GIL.
+  using Body = std::function<std::vector<at::Tensor>()>;
 
-  // The job that runs the Python backend's `method` with `args` (Core.serve) on the worker thread.
+  NativeCall native_call(int kind, const at::Tensor& input, const at::Tensor& output, std::vector<at::Tensor> results,
+                         int op, int64_t root, Ms timeout) const;
+  // The cached answer for a signature: none (never prepared), null (the Python body serves it) or its Spec.
+  std::optional<std::shared_ptr<Spec>> cached(const Key& key);
+  void remember(const Key& key, const std::shared_ptr<Spec>& spec);
+  // Core.prepare, with the GIL: the answer for the signature of `call` (null: the Python body serves it).
+  std::shared_ptr<Spec> ask(const NativeCall& call);
+  // The in-band check of a call after the first of its signature (null: unchecked).
+  std::shared_ptr<Check> later_check(const Spec& sp);
+  void track(const c10::intrusive_ptr<Work>& work);
+  c10::intrusive_ptr<c10d::Work> native(OpType type, const char* what, std::shared_ptr<Spec> spec, NativeCall call);
+  c10::intrusive_ptr<c10d::Work> first(OpType type, const char* what, NativeCall call, Body body);
+  c10::intrusive_ptr<c10d::Work> python(OpType type, const char* what, Body body);
+  void run_native(const Spec& sp, const NativeCall& call, double seconds, const std::shared_ptr<Check>& check);
+
+  // A collective: natively when `call` is set (its tensors allow it) and its signature is, or is being, prepared;
+  // else the Python backend's `method` with `args`.
+  template <typename... Args>
+  c10::intrusive_ptr<c10d::Work> dispatch(OpType type, const char* what, const std::optional<NativeCall>& call,
+                                          const char* method, Args... args) {
+    if (call && native_ && call->key.op >= 0) {
+      auto hit = cached(call->key);
+      if (!hit) return first(type, what, *call, python_body(method, args...));
+      if (*hit) return native(type, what, *hit, *call);
+    }
+    return python(type, what, python_body(method, args...));
+  }
+
   template <typename... Args>
   c10::intrusive_ptr<c10d::Work> python(OpType type, const char* what, const char* method, Args... args) {
-    auto work = c10::make_intrusive<Work>(type, what, queue_);
+    return python(type, what, python_body(method, args...));
+  }
+
+  template <typename... Args>
+  Body python_body(const char* method, Args... args) {
     std::string name = method;
-    queue_->submit([this, work, name, args...] {
-      try {
-        std::vector<at::Tensor> outputs;
-        {
-          py::gil_scoped_acquire gil;
-          py::object value = core_.attr("serve")(name, py::make_tuple(args...));
-          outputs = value.cast<std::vector<at::Tensor>>();
-        }
-        work->finish(std::move(outputs));
-      } catch (...) {
-        work->fail(capture());
-      }
-    });
-    track(work);
-    return work;
+    return [this, name, args...] {
+      py::gil_scoped_acquire gil;
+      return core_.attr("serve")(name, py::make_tuple(args...)).template cast<std::vector<at::Tensor>>();
+    };
   }
 
   py::object core_;

@@ -7,10 +7,13 @@ and on the Python backend (the Python engine) in turns.
 
 from __future__ import annotations
 
+import collections
+import functools
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -155,6 +158,83 @@ def test_the_cpp_backend_caches_signatures_keeps_order_and_needs_no_gil() -> Non
         assert r["behind_values"] == (3.0, 3.0, 3.0), r
         if rank == 0:
             assert (r["gil_cpp"], r["gil_python"]) == (True, False), r
+
+
+# What the first call of a signature should run once each, and a repeat not at all: (module, function) pairs,
+# counted wherever runners' modules hold them (imported by name or called through the module).
+_FIRST_CALL_STEPS = {
+    "policy choice": ("runners.backend.policy", "Policy.choose"),
+    "rank_plan": ("runners.execution.plan", "rank_plan"),
+    "local_check": ("runners.execution.arguments", "local_check"),
+    "metadata": ("runners.execution.arguments", "metadata"),
+    "exchange": ("runners.execution.native", "exchange"),
+    "exchange (all-gather)": ("runners.execution.arguments", "exchange"),
+    "check_table": ("runners.execution.arguments", "check_table"),
+    "executor entered from Python": ("runners.execution.native", "execute"),
+}
+
+
+def _count_everywhere(counts: collections.Counter[str], name: str, module: str, attr: str) -> None:
+    import importlib
+
+    owner: Any = importlib.import_module(module)
+    parts = attr.split(".")
+    for part in parts[:-1]:
+        owner = getattr(owner, part)
+    original = getattr(owner, parts[-1])
+
+    @functools.wraps(original)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counts[name] += 1
+        return original(*args, **kwargs)
+
+    if len(parts) > 1:  # a method: patched on its class
+        setattr(owner, parts[-1], counted)
+        return
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("runners"):
+            for key, value in list(vars(mod).items()):
+                if value is original:
+                    setattr(mod, key, counted)
+
+
+def first_call_job(rank: int) -> list[dict[str, int]]:
+    """Rank r: per call (a first all_reduce of a signature, the same again, a second signature's first), how
+    many times each step of _FIRST_CALL_STEPS ran and which Core methods C++ called (``from C++: name``)."""
+    from runners.backend import cpp as cpp_backend
+
+    counts: collections.Counter[str] = collections.Counter()
+    for name, (module, attr) in _FIRST_CALL_STEPS.items():
+        _count_everywhere(counts, name, module, attr)
+    for method in ("prepare", "serve", "native_failure"):
+        _count_everywhere(counts, f"from C++: {method}", "runners.backend.cpp", f"Core.{method}")
+    os.environ[cpp_backend.ENV_BACKEND] = "cpp"
+    g = dist.new_group(backend="collsched")
+    seen = []
+    for numel in (1000, 1000, 4000):
+        counts.clear()
+        x = torch.full((numel,), float(rank + 1))
+        dist.all_reduce(x, group=g)
+        assert x.eq(3.0).all(), x
+        seen.append(dict(counts))
+    dist.destroy_process_group(g)
+    return seen
+
+
+def test_the_first_call_of_a_signature_prepares_once_and_crosses_twice() -> None:
+    """Issue 31: policy, plan and each argument check run once on a signature's first call and not on a repeat;
+    C++ calls Python once (prepare) and runs the executor itself: the walk crosses twice (into the C++ backend,
+    into prepare)."""
+    if not native.available():
+        pytest.skip(f"native extension not built: {native.build_note()}")
+    got = spawn(first_call_job, 2, timeout=240)
+    once = {"policy choice": 1, "rank_plan": 1, "local_check": 1, "metadata": 1, "exchange": 1, "check_table": 1,
+            "from C++: prepare": 1}
+    for r in got:
+        first, repeat, other = r
+        assert first == once, first
+        assert repeat == {}, repeat
+        assert other == once, other
 
 
 def test_inline_bytes_reads_a_size_and_names_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:

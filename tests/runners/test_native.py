@@ -133,3 +133,20 @@ def test_the_transport_floor_posts_a_plans_messages_and_refuses_a_short_row() ->
     got = spawn(floor_job, 3, timeout=120)
     assert [ran for ran, _ in got] == [True] * 3
     assert all("a row needs 5 fields, got 4" in bad for _, bad in got), got
+
+
+def test_a_spec_names_every_field_and_refuses_a_missing_or_unknown_one() -> None:
+    """backend.h's Spec, what Core.prepare answers: built by keyword (every field), read back by name."""
+    if not native.available():
+        pytest.skip(f"native extension not built: {native.build_note()}")
+    module = native.load()
+    fields = dict(plan=None, s=3, n=7, c=3, in_segs=1, in_copy=True, in_initial=True, out_segs=0, out_copy=False,
+                  in_place=True, scratch=0, budget_bytes=24, op=4, dataflow=True, divide=True, clone_input=False,
+                  barrier=False, label="allreduce/ring", index=0, checked=True, row=list(range(12)), shift=5,
+                  first_check=None)
+    spec = module.Spec(**fields)
+    assert {name: getattr(spec, name) for name in fields} == fields
+    with pytest.raises(TypeError, match="no shift"):
+        module.Spec(**{k: v for k, v in fields.items() if k != "shift"})
+    with pytest.raises(TypeError, match="unknown fields chunks"):
+        module.Spec(**fields, chunks=3)
