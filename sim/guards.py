@@ -19,12 +19,7 @@ Estimates, each an honest order of magnitude rather than a promise:
 - the flow synthesis (``sim.bounds.flows``) and the LP bound (``sim.bounds.lp``):
   the LP's nonzeros (``LP_NONZERO_BYTES`` each, HiGHS's copies included) and the
   synthesis's messages;
-- the cut bound (``sim.bounds.cuts``): time rather than memory. It solves about
-  one max-flow per rank (four for allreduce), each about ``MAXFLOW_SECONDS`` x
-  nodes x links, and one shortest-path tree per rank; a bound whose estimate is
-  over the time budget (``COLLSCHED_TIME_BUDGET`` seconds when set, else
-  ``TIME_BUDGET_S``) is refused with it, before the p² route walk that finds
-  the links no route uses.
+- the cut bound guards its own time (``sim.bounds.budget``).
 
 The memory there is: ``COLLSCHED_MEMORY`` (a size such as ``8GiB``) when set,
 else ``MEMORY_FRACTION`` of what the kernel reports available (``MemAvailable``).
@@ -40,9 +35,8 @@ from dataclasses import dataclass
 
 from algorithms.errors import CollschedError
 
-__all__ = ["BUILD_RANKS", "Estimate", "ResourceError", "check", "estimate_bound_seconds", "estimate_library",
-           "estimate_lp", "estimate_packing", "guard_bound", "guard_build", "guard_lp", "guard_synthesize",
-           "memory_budget", "spec_ranks", "time_budget"]
+__all__ = ["BUILD_RANKS", "Estimate", "ResourceError", "check", "estimate_library", "estimate_lp",
+           "estimate_packing", "guard_build", "guard_lp", "guard_synthesize", "memory_budget", "spec_ranks"]
 
 TRANSFER_BYTES = 2048
 """Bytes one transfer costs from build to simulated result: measured 1.6 KiB with the simpy engine and
@@ -57,16 +51,6 @@ MEMORY_FRACTION = 0.75
 """Share of the available memory a request may plan to use: the rest is the interpreter's and the machine's."""
 BUILD_RANKS = 64
 """Worlds this small are built to be estimated; larger ones are extrapolated from builds at 32 and 64 ranks."""
-MAXFLOW_SECONDS = 1.6e-7
-"""Seconds of one push-relabel max-flow (networkx) per node x link: measured 1.0e-7 on dgx-h100:16 (153 nodes,
-528 links) and 1.6e-7 on uring:300, on this project's 2-core machine; the larger is taken."""
-SHORTEST_PATH_SECONDS = 2e-6
-"""Seconds of one Dijkstra tree per link (networkx), for the latency term."""
-ROUTE_PAIR_SECONDS = 4e-6
-"""Seconds per ordered rank pair to find the links that carry a route (``Topology.routed_links``): 36 s measured
-for the 9 million pairs of uring:3000."""
-TIME_BUDGET_S = 600.0
-"""Seconds a bound may be estimated to take before it is refused (``COLLSCHED_TIME_BUDGET`` overrides)."""
 
 
 class ResourceError(CollschedError, ValueError):
@@ -103,43 +87,6 @@ def memory_budget() -> float:
         except (ValueError, OSError, AttributeError):
             return math.inf
     return MEMORY_FRACTION * available
-
-
-def time_budget() -> float:
-    """Seconds a request may be estimated to take: ``COLLSCHED_TIME_BUDGET`` when set, else ``TIME_BUDGET_S``."""
-    text = os.environ.get("COLLSCHED_TIME_BUDGET")
-    if not text:
-        return TIME_BUDGET_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ResourceError(f"COLLSCHED_TIME_BUDGET must be a number of seconds > 0, got {text!r}")
-    return value
-
-
-def estimate_bound_seconds(kind: str, ranks: int, nodes: int, links: int, *, idle_links: bool = False) -> float:
-    """Seconds the cut bound of ``kind`` takes on a graph of ``nodes`` and ``links`` (module docstring);
-    ``idle_links``: links on no route, so the bound runs twice (the routes' links, then every link)."""
-    once = _max_flows(kind, ranks) * MAXFLOW_SECONDS * nodes * links + ranks * SHORTEST_PATH_SECONDS * (nodes + links)
-    return ROUTE_PAIR_SECONDS * ranks * ranks + once * (2 if idle_links else 1)
-
-
-def guard_bound(kind: str, ranks: int, nodes: int, links: int, *, idle_links: bool = False) -> None:
-    """Refuse a cut bound estimated to take longer than ``time_budget()``, with the estimate."""
-    seconds = estimate_bound_seconds(kind, ranks, nodes, links, idle_links=idle_links)
-    budget = time_budget()
-    if seconds > budget:
-        raise ResourceError(f"the {kind} bound on {ranks} ranks ({nodes} nodes, {links} links) would take about "
-                            f"{seconds:.3g} s: about {_max_flows(kind, ranks)} max-flows of "
-                            f"{MAXFLOW_SECONDS * nodes * links:.3g} s each, over the budget of {budget:.3g} s "
-                            "(COLLSCHED_TIME_BUDGET overrides)")
-
-
-def _max_flows(kind: str, ranks: int) -> int:
-    """Max-flows the cut bound solves: one per rank, four for allreduce (two min cuts each way, two cut ratios)."""
-    return {"allreduce": 4 * ranks}.get(kind, ranks)
 
 
 def _gb(x: float) -> str:

@@ -1,5 +1,6 @@
 """How fast a collective can be on a topology, and schedules that get there.
 
+- ``budget``: the time the cut bound may take, estimated before it starts, and its error;
 - ``cuts``: exact max-flow cut bounds, the all-reduce traffic term and the latency term per kind, with
   the cut that attains them (``bound``);
 - ``packing``: synthesis by pipelined spanning-tree packing (``synthesize``); explicit routes

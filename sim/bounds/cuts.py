@@ -87,9 +87,8 @@ from typing import Any
 import networkx as nx
 from networkx.algorithms.flow import build_residual_network, preflow_push
 
-from algorithms.errors import CollschedError
 from algorithms.ir import ROOTED_KINDS, Kind
-from sim.guards import guard_bound
+from sim.bounds.budget import BoundError, guard_bound
 from sim.topology import Node, Topology
 from sim.topology.switches import reducing_switches
 
@@ -102,10 +101,6 @@ RELABEL_FREQ = 8.0
 """networkx push-relabel's global relabelling frequency (its default is 1): measured at 256 ranks, 8 takes
 the ring's allreduce bound from 4.5 s to 2.6 s and the cluster's from 3.3 s to 2.4 s, the torus unchanged."""
 _SOURCE = ("bounds", "source")  # a node name no topology can have (nodes are ints and strs)
-
-
-class BoundError(CollschedError, ValueError):
-    """A bound asked for a kind, root or size it cannot serve; the message names the field."""
 
 
 @dataclass(frozen=True)

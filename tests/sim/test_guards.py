@@ -86,7 +86,7 @@ def test_spec_ranks_builds_nothing() -> None:
 
 
 def test_the_cut_bound_estimate_by_hand() -> None:
-    from sim.guards import MAXFLOW_SECONDS, ROUTE_PAIR_SECONDS, SHORTEST_PATH_SECONDS, estimate_bound_seconds
+    from sim.bounds.budget import MAXFLOW_SECONDS, ROUTE_PAIR_SECONDS, SHORTEST_PATH_SECONDS, estimate_bound_seconds
 
     # allreduce on a 300-rank one-way ring: 4·300 max-flows on 300 nodes and 300 links, 300 Dijkstra trees,
     # 300² route pairs.
@@ -97,9 +97,9 @@ def test_the_cut_bound_estimate_by_hand() -> None:
 
 def test_a_bound_too_long_for_the_budget_is_refused_before_the_routes_are_walked(tmp_path, capsys,
                                                                                  monkeypatch) -> None:
+    from sim.bounds.budget import BoundError
     from sim.bounds.cuts import bound
     from sim.cli import main
-    from sim.guards import ResourceError
     from sim.topology import from_spec
     from sim.topology.files import save
 
@@ -112,11 +112,11 @@ def test_a_bound_too_long_for_the_budget_is_refused_before_the_routes_are_walked
     walked = []
     topo = from_spec("uring:3000")
     monkeypatch.setattr(type(topo), "routed_links", lambda self: walked.append(1) or frozenset())
-    with pytest.raises(ResourceError, match="would take about"):
+    with pytest.raises(BoundError, match="would take about"):
         bound("allreduce", topo, 1 << 20)
     assert walked == []
     monkeypatch.setenv("COLLSCHED_TIME_BUDGET", "soon")
-    with pytest.raises(ResourceError, match="COLLSCHED_TIME_BUDGET must be a number of seconds > 0, got 'soon'"):
+    with pytest.raises(BoundError, match="COLLSCHED_TIME_BUDGET must be a number of seconds > 0, got 'soon'"):
         bound("allreduce", topo, 1 << 20)
 
 
