@@ -7,7 +7,11 @@ array; each GPU has ``id``, ``input_chunks``, ``output_chunks``, ``scratch_chunk
 ``rank_groups``), its ``remote_buffers`` and its ``threadblocks``, each with ``id``, ``ops`` and the
 channel and remote-buffer ids its ops index. ``parse_plan`` checks all of that and resolves every index
 an op carries (its channel, remote buffer or switch channel) to what it names, so that a reader does not
-index anything unchecked; each error names the GPU, thread block, op and field.
+index anything unchecked; each error names the GPU, thread block, op and field. It also reads what the
+executor's parser reads beyond the buffers (``setupOperation``): ``tbg_info`` (one op split across a group of
+thread blocks), ``barrier_id``/``num_threadblocks``, ``semaphore_ids`` (with each GPU's ``semaphores`` and
+their ``init_value``) and a ``pipeline``'s ``iter_context`` and inner ``ops``. An op name the executor does not
+accept is refused with the op's GPU, thread block and index.
 """
 
 from __future__ import annotations
@@ -65,8 +69,8 @@ class PlanBuffer:
 
 @dataclass(frozen=True, slots=True)
 class PlanOp:
-    """One op of a thread block: its name, its resolved source and destination ranges, and for sync ops the
-    (peer, k) of every channel it signals or waits on: the k-th channel of this GPU to that peer."""
+    """One op of a thread block: its name, its resolved source and destination ranges, and for ops with
+    ``channel_ids`` the (peer, k) of every channel it names: the k-th channel of this GPU to that peer."""
 
     name: str
     src: tuple[PlanBuffer, ...]
@@ -77,6 +81,17 @@ class PlanOp:
     reduce_op: str | None
     switch: str | None = None
     """The switch's name in collsched (a key the writer adds and the executor does not read)."""
+    gpu: int = 0
+    tb: int = 0
+    index: tuple[int, ...] = ()
+    """The op's place in its thread block: (k,) for the k-th op, (k, j) for the j-th op of pipeline k."""
+    tbg: tuple[int, int] | None = None
+    """``tbg_info``: (tb_id, tbg_size): this thread block does part tb_id of tbg_size of the op's ranges."""
+    barrier: tuple[int, int] | None = None
+    """A barrier's (barrier_id, num_threadblocks)."""
+    semaphores: tuple[int, ...] = ()
+    inner: tuple[PlanOp, ...] = ()
+    """A pipeline's ops, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +107,8 @@ class PlanGpu:
     output_chunks: int
     scratch_chunks: int
     threadblocks: tuple[PlanThreadblock, ...]
+    semaphores: tuple[int, ...] = ()
+    """The ``init_value`` of each of the GPU's device semaphores."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +179,9 @@ def _gpu_channels(gpu: dict[str, Any], rank: int, p: int, where: str) -> _GpuCha
         w = f"{where} channels[{ci}]"
         ctype = _field(ch, "channel_type", w, str)
         if ctype == "switch":
-            buf = _buf(_field(ch, "buffer_type", w, str), f"{w} buffer_type")
+            # "buff" is the key's older spelling (plans the DSL wrote before the executor read buffer_type).
+            key = "buffer_type" if "buffer_type" in ch or "buff" not in ch else "buff"
+            buf = _buf(_field(ch, key, w, str), f"{w} {key}")
             for gi, group in enumerate(_field(ch, "rank_groups", w, list)):
                 gw = f"{w} rank_groups[{gi}]"
                 size = _field(group, "size", gw, int)
@@ -254,10 +273,11 @@ def _range(b: Any, rank: int, ctype: str, chans: _GpuChannels, refs: _TbRefs, wh
     return PlanBuffer(rank, _buf(_field(b, "type", where, str), f"{where} type"), index, size, "local")
 
 
-def _op(op: Any, rank: int, chans: _GpuChannels, refs: _TbRefs, where: str) -> PlanOp:
+def _op(op: Any, rank: int, chans: _GpuChannels, refs: _TbRefs, where: str, place: tuple[int, int, tuple[int, ...]],
+        semaphores: int) -> PlanOp:
     name = _field(op, "name", where, str)
     if name not in OP_NAMES:
-        raise ScheduleError(f"{where}: unknown op name {name!r}")
+        raise ScheduleError(f"{where}: unknown op name {name!r} (not an op MSCCL++'s executor accepts)")
     ctype = _field(op, "channel_type", where, str, "none")
     if ctype not in _CHANNEL_TYPES:
         raise ScheduleError(f"{where}: unknown channel_type {ctype!r}")
@@ -275,7 +295,38 @@ def _op(op: Any, rank: int, chans: _GpuChannels, refs: _TbRefs, where: str) -> P
             channels.append(chans.peers[ctype][ids[cid]])
     reduce_op = _field(op, "reduce_op", where, str, None)
     switch = _field(op, "switch", where, str, None)
-    return PlanOp(name, src, dst, tuple(channels), ctype, where, reduce_op, switch)
+    tbg = None
+    if "tbg_info" in op:
+        info = _field(op, "tbg_info", where, dict)
+        tb_id = _field(info, "tb_id", f"{where} tbg_info", int)
+        size = _field(info, "tbg_size", f"{where} tbg_info", int)
+        if not tb_id < size:
+            raise ScheduleError(f"{where} tbg_info: tb_id {tb_id} out of range for tbg_size {size}")
+        tbg = (tb_id, size)
+    barrier = None
+    if name == "barrier":
+        barrier = (_field(op, "barrier_id", where, int), _field(op, "num_threadblocks", where, int))
+        if barrier[1] < 1:
+            raise ScheduleError(f"{where}: num_threadblocks must be >= 1, got {barrier[1]}")
+    sems = tuple(_ints(op, "semaphore_ids", where)) if name in ("sem_acquire", "sem_release") else ()
+    for sid in sems:
+        if sid >= semaphores:
+            raise ScheduleError(f"{where}: semaphore id {sid} out of range: the gpu has {semaphores} semaphores")
+    inner: tuple[PlanOp, ...] = ()
+    if name == "pipeline":
+        ctx = _field(op, "iter_context", where, dict)
+        for key in ("unit_size", "num_chunks"):
+            _field(ctx, key, f"{where} iter_context", int)
+        gpu, tb, index = place
+        inner_ops = []
+        for j, sub in enumerate(_field(op, "ops", where, list)):
+            w = f"{where} (pipeline op {j})"
+            if isinstance(sub, dict) and sub.get("name") == "pipeline":
+                raise ScheduleError(f"{w}: a pipeline inside a pipeline (the executor runs one level)")
+            inner_ops.append(_op(sub, rank, chans, refs, w, (gpu, tb, (*index, j)), semaphores))
+        inner = tuple(inner_ops)
+    return PlanOp(name, src, dst, tuple(channels), ctype, where, reduce_op, switch, place[0], place[1], place[2],
+                  tbg, barrier, sems, inner)
 
 
 def parse_plan(source: str | bytes | dict[str, Any]) -> ExecutionPlan:
@@ -305,16 +356,19 @@ def parse_plan(source: str | bytes | dict[str, Any]) -> ExecutionPlan:
             raise ScheduleError(f"{w}: id is {gpu['id']}, but gpus[{g}] must have id {g} (the executor indexes "
                                 "gpus by rank)")
         chans = _gpu_channels(gpu, g, p, w)
+        sems = tuple(_field(sem, "init_value", f"{w} semaphores[{i}]", int)
+                     for i, sem in enumerate(_field(gpu, "semaphores", w, list, [])))
         tbs = []
         for t, tb in enumerate(_field(gpu, "threadblocks", w, list)):
             tw = f"{w} threadblock {t}"
             if _field(tb, "id", tw, int) != t:
                 raise ScheduleError(f"{tw}: id is {tb['id']}, expected {t}")
             refs = _tb_refs(tb, chans, tw)
-            ops = tuple(_op(op, g, chans, refs, f"{tw} op {k}") for k, op in enumerate(_field(tb, "ops", tw, list)))
+            ops = tuple(_op(op, g, chans, refs, f"{tw} op {k}", (g, t, (k,)), len(sems))
+                        for k, op in enumerate(_field(tb, "ops", tw, list)))
             tbs.append(PlanThreadblock(t, ops))
         gpus.append(PlanGpu(g, _field(gpu, "input_chunks", w, int), _field(gpu, "output_chunks", w, int),
-                            _field(gpu, "scratch_chunks", w, int), tuple(tbs)))
+                            _field(gpu, "scratch_chunks", w, int), tuple(tbs), sems))
     return ExecutionPlan(name, collective, protocol, inplace, tuple(gpus), root, obj)
 
 

@@ -175,12 +175,12 @@ def _plan() -> dict:
     (lambda d: d["gpus"][1].update(id=0), "gpu 1: id is 0"),
     (lambda d: d["gpus"][0]["threadblocks"][0]["ops"].append({"name": "zap"}), "gpu 0 threadblock 0 op"),
     (lambda d: d["gpus"][0]["threadblocks"][0]["ops"][1].update(channel_ids=[5]), "channel id 5 out of range"),
-    (lambda d: d.update(protocol="LL"), "protocol 'LL'"),
+    (lambda d: d.update(protocol="LL128"), "protocol 'LL128'"),
     (lambda d: d["gpus"][1].update(input_chunks=3), "gpu 1: input_chunks is 3"),
     (lambda d: d["gpus"][0]["threadblocks"][0]["ops"].insert(0, {"name": "wait", "channel_ids": [0],
-                                                                   "channel_type": "memory"}), "deadlocks"),
+                                                                   "channel_type": "memory"}), "deadlock: "),
     (lambda d: d["gpus"][0]["channels"][0].update(connected_to=[0]), "connected_to names gpu 0"),
-    (lambda d: d["gpus"][0]["threadblocks"][0]["ops"].append({"name": "pipeline"}), "'pipeline' is outside"),
+    (lambda d: d["gpus"][0]["threadblocks"][0]["ops"].append({"name": "pipeline"}), "missing field 'iter_context'"),
 ])
 def test_bad_plans_are_refused_naming_the_place(edit, message: str) -> None:  # type: ignore[no-untyped-def]
     d = _plan()
@@ -265,7 +265,8 @@ def test_switch_channels_follow_the_executors_rules(p: int) -> None:
 
 def test_a_hand_written_nvls_plan_reads_as_an_all_reduce() -> None:
     # Two GPUs, two chunks of input; each loads-reduces its own chunk through one switch channel over the
-    # input of both and stores the sum to both (the shape of mscclpp's NVLS all-reduce examples).
+    # input of both and stores the sum to both (the shape of mscclpp's NVLS all-reduce examples, with the nops
+    # that order a thread block's data ops after its wait and before its signal).
     def gpu(r: int) -> dict:
         return {"id": r, "input_chunks": 2, "output_chunks": 2, "scratch_chunks": 0, "remote_buffers": [],
                 "channels": [{"channel_type": "memory", "connected_to": [1 - r]},
@@ -275,9 +276,11 @@ def test_a_hand_written_nvls_plan_reads_as_an_all_reduce() -> None:
                                                         {"channel_type": "switch", "channel_ids": [0]}],
                                   "ops": [{"name": "signal", "channel_ids": [0], "channel_type": "memory"},
                                           {"name": "wait", "channel_ids": [0], "channel_type": "memory"},
+                                          {"name": "nop"},
                                           {"name": "glres", "channel_type": "switch", "reduce_op": "sum",
                                            "src_buff": [{"switch_channel_id": 0, "index": r, "size": 1}],
                                            "dst_buff": [{"switch_channel_id": 0, "index": r, "size": 1}]},
+                                          {"name": "nop"},
                                           {"name": "signal", "channel_ids": [0], "channel_type": "memory"},
                                           {"name": "wait", "channel_ids": [0], "channel_type": "memory"}]}]}
 
@@ -291,8 +294,8 @@ def test_a_hand_written_nvls_plan_reads_as_an_all_reduce() -> None:
     with pytest.raises(ScheduleError, match=r"gpu 1 channels\[1\] rank_groups\[0\]: size is 3"):
         from_plan(bad)
     bad = json.loads(json.dumps(plan))
-    bad["gpus"][0]["threadblocks"][0]["ops"][2]["src_buff"][0]["switch_channel_id"] = 1
-    with pytest.raises(ScheduleError, match=r"gpu 0 threadblock 0 op 2 src_buff\[0\]: switch_channel_id 1 out of"):
+    bad["gpus"][0]["threadblocks"][0]["ops"][3]["src_buff"][0]["switch_channel_id"] = 1
+    with pytest.raises(ScheduleError, match=r"gpu 0 threadblock 0 op 3 src_buff\[0\]: switch_channel_id 1 out of"):
         from_plan(bad)
 
 
