@@ -73,11 +73,11 @@ def build_parser(extensions: Sequence[str] = ()) -> Parser:
     """The argument parser: the torch-free commands, then each extension module's ``add_parser(subparsers)``.
 
     >>> sorted(build_parser()._subparsers._group_actions[0].choices)[:4]
-    ['bound', 'convert', 'export', 'fit']
+    ['bound', 'campaign', 'convert', 'export']
     """
     parser = Parser(prog="collsched", description="Design collective-communication algorithms: list, verify, "
-                                                  "export, simulate, sweep, bound and synthesize schedules (and "
-                                                  "bench, demo, calibrate on torch).")
+                                                  "export, simulate, sweep, bound and synthesize schedules, run "
+                                                  "campaigns (and bench, demo, calibrate on torch).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name if "." in name else f"sim.cli.{name}").add_parser(sub)
