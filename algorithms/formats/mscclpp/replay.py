@@ -300,7 +300,10 @@ class _Run:
         self.early(op, reads, know.started, "reads")
         self.early(op, writes, know.started, "writes")
         for r in reads:
-            self.touch(self.slots(r, op, "src_buff"), False, tid, epoch, know.vc, op)
+            slots = self.slots(r, op, "src_buff")
+            if r.space[0] == "p":  # a packet read (a proxy's copy of packets too)
+                self.packet_read.update(slots)
+            self.touch(slots, False, tid, epoch, know.vc, op)
         for r in writes:
             self.touch(self.slots(r, op, "dst_buff"), True, tid, epoch, know.vc, op)
         seen: dict[int, set[Slot]] = {}  # a phase's copies and stores: one slot twice is two writes racing

@@ -20,9 +20,11 @@ every rank of its group.
 
 from __future__ import annotations
 
-from algorithms.ir import Buf, Endpoint, Op, Schedule, Step, SwitchOp, SwitchOpKind, Transfer, switch_ops_by_step
+from algorithms.errors import ScheduleError
+from algorithms.ir import Buf, Endpoint, Kind, Op, Schedule, Step, SwitchOp, SwitchOpKind, Transfer, switch_ops_by_step
 
-__all__ = ["fuse_reduce_multicast", "group_of", "is_direct", "receive_across_nodes", "stage_reads"]
+__all__ = ["IN_PLACE_KINDS", "fuse_reduce_multicast", "group_of", "in_place_form", "is_direct", "receive_across_nodes",
+           "stage_reads"]
 
 Slot = tuple[int, Buf, int]
 
@@ -245,3 +247,47 @@ def fuse_reduce_multicast(schedule: Schedule) -> Schedule:
         return schedule
     ops = [replace.get(id(o), o) for o in schedule.switch_ops if id(o) not in drop]
     return Schedule(schedule.collective, schedule.name, steps, schedule.scratch_chunks, switch_ops=ops)
+
+
+IN_PLACE_KINDS = (Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL)
+"""Kinds the writer also writes in place, as MSCCL++'s DSL does by default."""
+
+
+def in_place_form(schedule: Schedule) -> Schedule:
+    """The schedule with input and output as the one buffer MSCCL++'s in-place layout has (its DSL's
+    ``get_buffer_index``): an all-gather's input is the rank's slice of the output (input[k] is
+    output[r·C + k]), a reduce-scatter's output the rank's slice of the input (output[k] is input[r·C + k]),
+    an all-to-all's output its input. Copies a slot onto itself go, and so do steps left empty. Not a collsched
+    schedule any more (it reads slots before the collective fills them): the writer's form, which
+    ``stage_reads`` then keeps from reading what a step overwrites."""
+    coll = schedule.collective
+    kind, c = coll.kind, coll.chunks
+    if kind not in IN_PLACE_KINDS:
+        raise ScheduleError(f"mscclpp: a {kind} has no in-place form besides its own (in place: "
+                            f"{', '.join(k.value for k in IN_PLACE_KINDS)})")
+
+    def move(rank: int, buf: Buf, index: int) -> tuple[Buf, int]:
+        if kind is Kind.ALLGATHER and buf is Buf.INPUT:
+            return Buf.OUTPUT, rank * c + index
+        if kind is Kind.REDUCESCATTER and buf is Buf.OUTPUT:
+            return Buf.INPUT, rank * c + index
+        if kind is Kind.ALLTOALL and buf is Buf.OUTPUT:
+            return Buf.INPUT, index
+        return buf, index
+
+    steps: list[list[Transfer]] = []
+    ops: list[SwitchOp] = []
+    for step, sw in zip(schedule.steps, switch_ops_by_step(schedule), strict=True):
+        out = []
+        for t in step.transfers:
+            sb, si = move(t.src, t.src_buf, t.src_index)
+            db, di = move(t.dst, t.dst_buf, t.dst_index)
+            if not (t.op is Op.COPY and t.src == t.dst and (sb, si) == (db, di)):
+                out.append(Transfer(t.src, t.dst, sb, si, db, di, t.count, t.op))
+        if not out and not sw:
+            continue
+        ops.extend(SwitchOp(o.op, o.switch, tuple(Endpoint(e.rank, *move(e.rank, e.buf, e.index)) for e in o.sources),
+                            tuple(Endpoint(e.rank, *move(e.rank, e.buf, e.index)) for e in o.targets), o.count,
+                            len(steps)) for o in sw)
+        steps.append(out)
+    return Schedule(coll, schedule.name, steps, schedule.scratch_chunks, switch_ops=ops)

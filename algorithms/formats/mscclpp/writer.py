@@ -20,8 +20,15 @@ from typing import Any
 
 from algorithms.disk import write_output
 from algorithms.errors import ScheduleError
+from algorithms.formats.mscclpp.packets import packet_ops
 from algorithms.formats.mscclpp.plan import BUF_CODE
-from algorithms.formats.mscclpp.staging import fuse_reduce_multicast, group_of, receive_across_nodes, stage_reads
+from algorithms.formats.mscclpp.staging import (
+    fuse_reduce_multicast,
+    group_of,
+    in_place_form,
+    receive_across_nodes,
+    stage_reads,
+)
 from algorithms.ir import Buf, Kind, Op, Schedule, SwitchOp, SwitchOpKind, Transfer, switch_ops_by_step
 
 __all__ = ["PLAN_KINDS", "dumps_plan", "save_plan", "to_plan"]
@@ -124,23 +131,35 @@ def _switch_op(op: SwitchOp, ids: dict[SwitchChannel, int]) -> dict[str, Any]:
             "switch": op.switch}
 
 
-def to_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: int | None = None) -> dict[str, Any]:
+def to_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: int | None = None,
+            inplace: bool | None = None, protocol: str = "Simple") -> dict[str, Any]:
     """The MSCCL++ execution plan of ``schedule`` as a JSON-ready dict (see the module docstring).
 
     ``ranks_per_node``: ranks r and q share a node (an NVLink domain: memory and switch channels) when
     r // ranks_per_node == q // ranks_per_node; across nodes, port channels carry the data. Default: one node.
+    ``inplace``: write an all-gather, reduce-scatter or all-to-all in place, with the layout MSCCL++'s DSL gives
+    them by default (``staging.in_place_form``); None or False: out of place (all-reduce, broadcast and reduce
+    are in place either way, as collsched's are). ``protocol``: ``Simple`` or ``LL`` (packets: ``packets``).
     ``ScheduleError`` for a barrier (no data to move) and for a switch operation whose ranks span nodes.
     """
     coll = schedule.collective
     if coll.kind not in PLAN_KINDS:
         raise ScheduleError(f"mscclpp: a {coll.kind} has no data for the executor to move; plans hold "
                             f"{', '.join(sorted(k.value for k in PLAN_KINDS))}")
+    if protocol not in ("Simple", "LL"):
+        raise ScheduleError(f"mscclpp: protocol {protocol!r}: the executor runs Simple and LL")
+    if inplace is False and coll.in_place:
+        raise ScheduleError(f"mscclpp: collsched's {coll.kind} is in place; it has no out-of-place plan")
     p = coll.ranks
     if ranks_per_node is not None and (isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int)
                                        or ranks_per_node < 1):
         raise ScheduleError(f"mscclpp: ranks_per_node must be an integer >= 1, got {ranks_per_node!r}")
     node = [r // (ranks_per_node or p) for r in range(p)]
-    staged = stage_reads(receive_across_nodes(fuse_reduce_multicast(schedule), node))
+    aliased = bool(inplace) and not coll.in_place
+    prepared = fuse_reduce_multicast(schedule)
+    if aliased:
+        prepared = in_place_form(prepared)
+    staged = stage_reads(receive_across_nodes(prepared, node) if protocol == "Simple" else prepared)
     by_step = switch_ops_by_step(staged)
     step_peers = [[set[int]() for _ in range(p)] for _ in staged.steps]
     channels: set[SwitchChannel] = set()
@@ -164,6 +183,9 @@ def to_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: int 
     gpus = [_Gpu(r, sorted(set().union(*(sp[r] for sp in step_peers))), node) for r in range(p)]
     for gpu in gpus:
         gpu.switch = [c for c in sorted(channels) if gpu.rank in c[1]]
+    if protocol == "LL":
+        scratch = packet_ops(staged, gpus)
+        return _document(staged, name or schedule.name, gpus, aliased or coll.in_place, "LL", scratch)
     last: list[set[int]] = [set() for _ in range(p)]
     for si, step in enumerate(staged.steps):
         mine: list[list[Transfer]] = [[] for _ in range(p)]
@@ -189,10 +211,12 @@ def to_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: int 
     for r, gpu in enumerate(gpus):
         if last[r]:
             gpu.meet(last[r])
-    return _document(staged, name or schedule.name, gpus)
+    return _document(staged, name or schedule.name, gpus, aliased or coll.in_place, "Simple",
+                     staged.scratch_chunks)
 
 
-def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]:
+def _document(schedule: Schedule, name: str, gpus: list[_Gpu], inplace: bool, protocol: str,
+              scratch: int) -> dict[str, Any]:
     coll = schedule.collective
     out: list[dict[str, Any]] = []
     for r, gpu in enumerate(gpus):
@@ -214,7 +238,7 @@ def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]
             "id": r,
             "input_chunks": inputs,
             "output_chunks": outputs,
-            "scratch_chunks": schedule.scratch_chunks,
+            "scratch_chunks": scratch,
             "threadblocks": [tb] if gpu.ops else [],
             "channels": [{"channel_type": t, "connected_to": gpu.peers[t]} for t in kinds]
             + [{"channel_type": "switch", "buffer_type": BUF_CODE[buf],
@@ -226,13 +250,14 @@ def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]
     doc: dict[str, Any] = {
         "name": name,
         "collective": coll.kind.value,
-        "protocol": "Simple",
-        "inplace": coll.in_place,
+        "protocol": protocol,
+        "inplace": inplace,
         "reuse_resources": False,
         "gpus": out,
         # The executor's defaults (execution_plan.cc, Impl and loadExecutionPlan), written out.
         "num_threads_per_block": 1024,
-        "use_double_scratch_buffer": False,
+        # LL: the executor alternates halves of scratch between runs, so a run's packets never meet the last's.
+        "use_double_scratch_buffer": protocol == "LL",
         "buffer_alignment": 16,
         "min_message_size": 0,
         "max_message_size": _MAX_U64,
@@ -242,12 +267,15 @@ def _document(schedule: Schedule, name: str, gpus: list[_Gpu]) -> dict[str, Any]
     return doc
 
 
-def dumps_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: int | None = None) -> str:
+def dumps_plan(schedule: Schedule, *, name: str | None = None, ranks_per_node: int | None = None,
+               inplace: bool | None = None, protocol: str = "Simple") -> str:
     """The plan of ``schedule`` as JSON text (see ``to_plan``)."""
-    return json.dumps(to_plan(schedule, name=name, ranks_per_node=ranks_per_node), indent=1) + "\n"
+    return json.dumps(to_plan(schedule, name=name, ranks_per_node=ranks_per_node, inplace=inplace,
+                              protocol=protocol), indent=1) + "\n"
 
 
 def save_plan(schedule: Schedule, path: str | os.PathLike[str], *, name: str | None = None,
-              ranks_per_node: int | None = None) -> None:
+              ranks_per_node: int | None = None, inplace: bool | None = None, protocol: str = "Simple") -> None:
     """Write the plan of ``schedule`` to ``path`` (see ``to_plan``; ``algorithms.disk.write_output``)."""
-    write_output(path, dumps_plan(schedule, name=name, ranks_per_node=ranks_per_node), ScheduleError)
+    write_output(path, dumps_plan(schedule, name=name, ranks_per_node=ranks_per_node, inplace=inplace,
+                                  protocol=protocol), ScheduleError)
