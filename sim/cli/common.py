@@ -386,6 +386,8 @@ def topology_from_args(args: argparse.Namespace, ranks: int | None = None) -> An
     if args.placement != "identity":
         topo = place(topo, placement(args.placement, topo, p), name=f"{topo.name} placed {Path(args.placement).name}",
                      partial=p < topo.ranks)
+    elif p < topo.ranks:  # a schedule file of fewer ranks: on the topology's first p ranks (_check_part)
+        topo = place(topo, tuple(range(p)), name=f"{topo.name} ranks 0-{p - 1}", partial=True)
     if getattr(args, "routing", "shortest") != "shortest":
         from sim.topology.routing import routed
 
@@ -398,9 +400,14 @@ def _check_part(args: argparse.Namespace, p: int, whole: int) -> None:
     name = args.topology
     if p < 1:
         raise UsageError(f"-p {p}: the world size must be at least 1")
+    if p > whole and getattr(args, "file", None):  # no -p to leave out: the file says how many ranks
+        raise UsageError(f"{args.file}: the schedule has {p} ranks, but {name} has only {whole}; name a topology "
+                         f"of at least {p} ranks")
     if p > whole:
         raise UsageError(f"-p {p}: {name} has only {whole} ranks (the rank count comes from the topology; "
                          "leave -p out, or name a larger topology)")
+    if args.placement == "identity" and getattr(args, "file", None):
+        return  # a schedule file runs on the topology's first ranks; --placement FILE picks others
     if args.placement in ("identity", "snake"):
         raise UsageError(
             f"-p {p}: {name} has {whole} ranks; a schedule of {p} ranks runs on part of it with --placement "

@@ -5,7 +5,8 @@ Runtimes (docs/design.md, "Protocols and runtimes"):
 - ``nccl``: NCCL's native collectives, one protocol per call, chosen by size as NCCL's tuning does
   (``sim.machine.nccl``); a schedule of the library runs with the protocol NCCL's ring would take;
   ``-a nccl`` is the algorithm NCCL itself picks (``--param algo=``, ``--param proto=`` force them);
-- ``msccl``: the protocol named in the MSCCL-IR file (``proto=``; Simple for other schedules);
+- ``msccl``: the protocol named in the MSCCL-IR file (``proto=``) or the MSCCL++ plan (``protocol``; the default
+  runtime of a plan); Simple for other schedules;
 - ``collsched``: this project's runner over torch's NCCL point-to-point: a message of up to 16 KiB goes
   with LL, a larger one with Simple, as NCCL's point-to-point does; ``--step-cost`` is the runner's host
   cost per message (the engine's per-message overhead);
@@ -36,8 +37,9 @@ RUNTIMES = ("nccl", "msccl", "collsched", "plain")
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", choices=RUNTIMES, default=None,
                    help="what executes the schedule, which decides its protocol: nccl (NCCL's choice by size), "
-                        "msccl (the MSCCL-IR file's proto), collsched (NCCL point-to-point: LL up to 16 KiB, else "
-                        "Simple), plain (the links as given; the default except on GPU presets, where nccl is)")
+                        "msccl (the MSCCL-IR file's proto, or the MSCCL++ plan's protocol: a plan's default), "
+                        "collsched (NCCL point-to-point: LL up to 16 KiB, else Simple), plain (the links as given; "
+                        "the default except on GPU presets, where nccl is)")
     p.add_argument("--protocol", choices=("LL", "LL128", "Simple"), default=None,
                    help="force one NCCL protocol, as NCCL_PROTO does")
     p.add_argument("--step-cost", metavar="T", default=None,
@@ -45,10 +47,13 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
 
 
 def runtime_of(args: argparse.Namespace, topology: Any) -> str:
-    """The run's runtime: ``--runtime``, else ``nccl`` on a GPU preset and ``plain`` elsewhere."""
+    """The run's runtime: ``--runtime``, else ``msccl`` for an MSCCL++ plan (its executor runs the plan with the
+    plan's own protocol), ``nccl`` on a GPU preset and ``plain`` elsewhere."""
     from sim.machine.runtime import default_runtime
 
     rt = getattr(args, "runtime", None)
+    if rt is None and _plan_proto(getattr(args, "file", None)) is not None:
+        return "msccl"
     return str(rt) if rt is not None else default_runtime(topology)
 
 
@@ -75,16 +80,32 @@ def nccl_params(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
-def _msccl_proto(path: str | None) -> str | None:
+def _head(path: str | None) -> str:
     if not path:
-        return None
+        return ""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(4096)
+            return f.read(1 << 16)
     except OSError:
+        return ""
+
+
+def _plan_proto(path: str | None) -> str | None:
+    """The ``protocol`` of an MSCCL++ plan file (None: not a plan)."""
+    from algorithms.formats.mscclpp import looks_like_plan
+
+    head = _head(path)
+    if not head or not looks_like_plan(head):
         return None
-    m = re.search(r"<algo\b[^>]*\bproto\s*=\s*\"([^\"]*)\"", head)
-    return m.group(1) if m else None
+    m = re.search(r'"protocol"\s*:\s*"([^"]*)"', head)
+    return m.group(1) if m else "Simple"
+
+
+def _msccl_proto(path: str | None) -> str | None:
+    """The protocol an MSCCL-IR file (``proto=``) or an MSCCL++ plan (``protocol``) names."""
+    head = _head(path)
+    m = re.search(r"<algo\b[^>]*\bproto\s*=\s*\"([^\"]*)\"", head[:4096])
+    return m.group(1) if m else _plan_proto(path)
 
 
 def run_schedule(args: argparse.Namespace, schedule: Schedule, topology: Any, size: float,

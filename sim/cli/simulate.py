@@ -54,7 +54,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return cmd_simulate_nccl(args)
     size = parse_size(args.size)
     opts = engine_options(args)
-    if args.file and args.placement not in ("identity", "snake"):  # the file's ranks may use part of the topology
+    if args.file and args.placement != "snake":  # the file's ranks may use part of the topology (identity: its first)
         schedule = schedule_from_args(args, allow_custom=True)
         topo = topology_from_args(args, schedule.ranks)
     else:

@@ -189,10 +189,15 @@ def test_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], args: 
 
 
 def test_file_rank_mismatch(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # A file of fewer ranks runs on the topology's first ranks (no placement file needed); more ranks cannot run.
     path = tmp_path / "s.json"
     fileformat.save(registry.build("allreduce", "ring", 3), path)
-    code, _, err = run(capsys, "simulate", "--file", str(path), "-t", "ring:4", "--size", "1KiB")
-    assert code == 2 and "has 4 ranks but the schedule needs 3" in err
+    code, out, err = run(capsys, "simulate", "--file", str(path), "-t", "ring:4", "--size", "1KiB")
+    assert code == 0, err
+    assert out.startswith("ring allreduce p=3 C=3 on ring:4 ranks 0-2: 3 ranks")
+    code, _, err = run(capsys, "simulate", "--file", str(path), "-t", "ring:2", "--size", "1KiB")
+    assert code == 2 and f"{path}: the schedule has 3 ranks, but ring:2 has only 2; name a topology" in err
+    assert "-p" not in err
 
 
 # -- sweep ------------------------------------------------------------------------------------------
