@@ -213,8 +213,9 @@ def save_schedule(schedule: Schedule, args: argparse.Namespace) -> None:
     for k in ("min_bytes", "max_bytes"):
         if k in msccl_opts:
             msccl_opts[k] = int(parse_size(msccl_opts[k]))
-    if fmt != "mscclpp" and getattr(args, "ranks_per_node", None) is not None:
-        raise UsageError("--ranks-per-node is for MSCCL++ plans (--format mscclpp)")
+    for flag in ("ranks_per_node", "inplace"):
+        if fmt != "mscclpp" and getattr(args, flag, None) is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} is for MSCCL++ plans (--format mscclpp)")
     try:
         if fmt == "msccl":
             from algorithms.formats.msccl import save_msccl
@@ -223,10 +224,14 @@ def save_schedule(schedule: Schedule, args: argparse.Namespace) -> None:
         elif fmt == "mscclpp":
             from algorithms.formats.mscclpp import save_plan
 
+            proto = msccl_opts.pop("proto", "Simple")
             if msccl_opts:
                 raise UsageError(f"--{next(iter(msccl_opts)).replace('_', '-')} is for MSCCL-IR output, "
                                  "not an MSCCL++ plan")
-            save_plan(schedule, args.output, ranks_per_node=getattr(args, "ranks_per_node", None))
+            if proto not in ("Simple", "LL"):
+                raise UsageError(f"--proto {proto}: MSCCL++ plans run Simple or LL")
+            save_plan(schedule, args.output, ranks_per_node=getattr(args, "ranks_per_node", None),
+                      inplace=getattr(args, "inplace", None), protocol=proto)
         else:
             if msccl_opts:
                 raise UsageError(f"--{next(iter(msccl_opts)).replace('_', '-')} is for MSCCL-IR output "
@@ -241,7 +246,8 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
                    help="file format: collsched JSON, MSCCL-IR XML or an MSCCL++ execution plan "
                         "(default: msccl for a .xml name, else json)")
     p.add_argument("--proto", choices=("Simple", "LL", "LL128"), default=None,
-                   help="MSCCL-IR: the protocol the executor runs it with (default Simple)")
+                   help="MSCCL-IR and MSCCL++ (Simple or LL: packets): the protocol the executor runs it with "
+                        "(default Simple)")
     p.add_argument("--nchannels", type=int, default=None, metavar="N",
                    help="MSCCL-IR: spread connections over at least N channels (default 1)")
     p.add_argument("--min-bytes", default=None, metavar="SIZE",
@@ -251,6 +257,9 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
                    help="MSCCL++: N ranks share a node (memory and switch channels); port channels across nodes "
                         "(default: one node)")
+    p.add_argument("--inplace", action="store_const", const=True, default=None,
+                   help="MSCCL++: write an all-gather, reduce-scatter or all-to-all in place, in the layout "
+                        "MSCCL++'s DSL gives them (default: out of place)")
     p.add_argument("--staged", action="store_const", const=True, default=None,
                    help="MSCCL-IR: receive concurrent reductions into one slot into scratch and add them locally "
                         "(instead of one rrc after another)")

@@ -1,4 +1,6 @@
-"""``collsched export`` and ``collsched convert``: write schedules as collsched.schedule/1 JSON or MSCCL-IR XML."""
+"""``collsched export`` and ``collsched convert``: write schedules as collsched.schedule/1 JSON, MSCCL-IR XML or
+MSCCL++ execution plans (``convert`` reads any of them: an MSCCL++ plan, MSCCL++'s own included, converts to the
+collsched format, to MSCCL-IR where the plan is expressible there, and back to a plan)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,15 @@ __all__ = ["add_parser"]
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     schedule = fileformat.load(args.input)
+    plan = _plan_head(args.input)
+    if plan is not None:  # an MSCCL++ plan keeps its protocol, and its in-place layout when written as a plan
+        if args.proto is None:
+            args.proto = plan.get("protocol")
+        fmt = args.format or ("msccl" if fileformat.is_xml_path(args.output) else "json")
+        if fmt == "mscclpp" and args.inplace is None and plan.get("inplace") and not schedule.collective.in_place:
+            args.inplace = True
+        if fmt == "json":
+            args.proto = None  # collsched JSON has no protocol
     save_schedule(schedule, args)
     if args.json:
         print(json.dumps({"ok": True, "input": str(args.input), "output": str(args.output), "name": schedule.name,
@@ -43,6 +54,24 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}: {schedule.name} ({schedule.collective.describe()}), "
               f"{len(schedule.steps)} steps, {schedule.num_transfers} transfers{_msccl_note(schedule, args)}")
     return 0
+
+
+def _plan_head(path: str) -> dict[str, Any] | None:
+    """The top-level fields of an MSCCL++ plan file (None: not a plan)."""
+    from algorithms.formats.mscclpp import looks_like_plan
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if not looks_like_plan(data):
+        return None
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None
+    return {k: v for k, v in obj.items() if k != "gpus"} if isinstance(obj, dict) else None
 
 
 def _msccl_note(schedule: Schedule, args: argparse.Namespace) -> str:
@@ -70,8 +99,9 @@ def add_parser(subparsers: Any) -> None:
     add_output_args(p)
     add_common_args(p, json_help='print {"ok", "output", "name", "collective", "ranks", "steps", "transfers"}')
     p.set_defaults(func=_cmd_export)
-    p = subparsers.add_parser("convert", help="convert a schedule file between JSON and MSCCL-IR XML")
-    p.add_argument("input", metavar="IN", help="schedule file to read (JSON or MSCCL-IR XML)")
+    p = subparsers.add_parser("convert", help="convert a schedule file between JSON, MSCCL-IR XML and MSCCL++ plans")
+    p.add_argument("input", metavar="IN", help="schedule file to read (JSON, MSCCL-IR XML or an MSCCL++ plan: its "
+                                               "protocol carries over to MSCCL-IR and plans unless --proto says)")
     p.add_argument("output", metavar="OUT", help="file to write")
     add_output_args(p)
     add_common_args(p, json_help='print {"ok", "input", "output", "name", "steps", "transfers"}')

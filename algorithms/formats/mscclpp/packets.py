@@ -79,7 +79,15 @@ def packet_ops(schedule: Schedule, gpus: list[Any]) -> int:
             groups: list[list[dict[str, Any]]] = []
             if packs[r]:
                 groups.append(packs[r])
-            groups.append(sends[r] + [_local(t) for t in local[r]])
+            groups.append(list(sends[r]))
+            written: set[tuple[Buf, int]] = set()
+            for t in local[r]:  # reductions into one slot, one after another
+                here = {(t.dst_buf, t.dst_index + k) for k in range(t.count)}
+                if here & written:
+                    groups.append([])
+                    written.clear()
+                written |= here
+                groups[-1].append(_local(t))
             groups.extend(_receives(recv[r], slot))
             for group in groups:
                 if group:

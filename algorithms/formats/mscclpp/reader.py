@@ -53,7 +53,7 @@ class ReadPlan:
         if not problems:
             return None
         more = len(problems) - 1
-        tail = f" (and {more} more problem{'s' if more > 1 else ''}: collsched verify lists them)" if more else ""
+        tail = f" (and {more} more: sim.verify.plan.verify_plan lists them)" if more else ""
         return ScheduleError(f"plan: {problems[0].message}{tail}")
 
 

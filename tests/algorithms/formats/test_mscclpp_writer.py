@@ -10,17 +10,22 @@ written out by hand below.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from algorithms import build
 from algorithms.errors import ScheduleError
+from algorithms.formats import load
 from algorithms.formats.mscclpp import dumps_plan, from_plan, to_plan
+from sim.cli import main
 from sim.verify import verify
 from sim.verify.plan import verify_plan
 from sim.verify.plan_machine import outcome_changed
 from tests.algorithms import switch_cases
+from tests.algorithms.formats.mscclpp_corpus import COLLECTIVES, CORPUS
+from tests.algorithms.formats.mscclpp_corpus import load as load_plan_json
 
 COVERED = [
     ("allreduce", "ring"), ("allreduce", "direct"), ("allgather", "ring"), ("allgather", "direct"),
@@ -109,3 +114,48 @@ def test_what_the_writer_cannot_write_is_refused() -> None:
 def test_switch_schedules_still_round_trip_in_place(p: int) -> None:
     for s in switch_cases.every(p, chunks=2):
         assert verify_plan(to_plan(s, inplace=s.collective.kind.value in ALIASED or None)).ok, s.name
+
+
+# ------------------------------------------------------------------ the command line: export and convert
+
+
+def test_export_writes_ll_and_in_place_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ag.json"
+    assert main(["export", "-c", "allgather", "-a", "ring", "-p", "4", "--format", "mscclpp", "--proto", "LL",
+                 "--inplace", "-o", str(out)]) == 0
+    plan = json.loads(out.read_text())
+    assert plan["protocol"] == "LL" and plan["inplace"] is True and verify_plan(plan).ok
+    assert main(["export", "-c", "allgather", "-a", "ring", "-p", "4", "--inplace", "-o", str(out)]) == 2
+    assert "--inplace is for MSCCL++ plans" in capsys.readouterr().err
+    assert main(["export", "-c", "allgather", "-a", "ring", "-p", "4", "--format", "mscclpp", "--proto", "LL128",
+                 "-o", str(out)]) == 2
+    assert "MSCCL++ plans run Simple or LL" in capsys.readouterr().err
+
+
+def test_convert_takes_an_mscclpp_plan_to_collsched_msccl_ir_and_back(tmp_path: Path) -> None:
+    src = CORPUS / "allreduce_pkt_4gpu.json"
+    as_json, as_xml, as_plan = tmp_path / "s.json", tmp_path / "s.xml", tmp_path / "p.json"
+    assert main(["convert", str(src), str(as_json)]) == 0
+    assert verify(load(as_json)).ok and json.loads(as_json.read_text())["format"].startswith("collsched.schedule")
+    assert main(["convert", str(src), str(as_xml)]) == 0
+    assert 'proto="LL"' in as_xml.read_text().splitlines()[0] and verify(load(as_xml)).ok
+    assert main(["convert", str(src), str(as_plan), "--format", "mscclpp"]) == 0
+    assert json.loads(as_plan.read_text())["protocol"] == "LL" and verify_plan(as_plan).ok
+    # In place stays in place; a plan MSCCL-IR cannot hold (switch channels) is refused by name.
+    assert main(["convert", str(CORPUS / "allgather_2gpu.json"), str(as_plan), "--format", "mscclpp"]) == 0
+    assert json.loads(as_plan.read_text())["inplace"] is True
+    assert main(["convert", str(CORPUS / "allreduce_nvls_zero_copy_4gpu.json"), str(as_xml)]) == 2
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+@pytest.mark.parametrize("protocol", ("Simple", "LL"))
+def test_mscclpps_own_plans_written_back_verify(name: str, protocol: str) -> None:
+    original = load_plan_json(name)
+    s = from_plan(original)
+    if protocol == "LL" and s.switch_ops:
+        pytest.skip("LL plans carry no switch operations")
+    inplace = bool(original["inplace"]) or None
+    plan = to_plan(s, inplace=inplace if not s.collective.in_place else None, protocol=protocol)
+    assert plan["inplace"] is bool(original["inplace"] or s.collective.in_place)
+    report = verify_plan(plan)
+    assert report.ok, report.text()
