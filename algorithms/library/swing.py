@@ -21,21 +21,32 @@ parity that of the rank's coordinate there); the data is cut into 2D parts,
 part j starting at dimension ⌊j/2⌋ and, for odd j, mirrored (ρ negated), so
 that on a square torus every step keeps all 2D ports of every rank busy,
 each directed link carrying exactly one part's message.
+
+``swing_latency_optimal`` and ``swing_torus_latency_optimal``: the paper's
+latency-optimal Swing (§3.1.2), the same peers in half the steps. At step s
+rank r and π(r, s) add their whole buffers into each other, as recursive
+doubling does with r XOR 2^s: log2 p steps of n bytes instead of 2·log2 p
+steps of shrinking blocks, the variant the paper runs for small vectors
+(32 B on torus:8x8: 6 steps, 10 hops, against the bandwidth-optimal 12 and 20).
+After step s a rank holds the sum of 2^(s+1) ranks' data: the peers' sets are
+disjoint, the property the paper proves for π and the verifier checks here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from algorithms.builder import ScheduleBuilder
 from algorithms.errors import ScheduleError
-from algorithms.ir import Collective, Kind, Schedule
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
 from algorithms.library.compose import Grid, Phase, butterfly, emit, fold, parallel
 from algorithms.library.fold import log2floor, pow2floor
 from algorithms.registry import CHUNKS, Cost, Parameter, register
 
-__all__ = ["DIMS", "PORTS", "check_torus", "parts", "rho", "swing", "swing_matching", "swing_torus", "torus_grid"]
+__all__ = ["DIMS", "PORTS", "check_torus", "exchange", "exchange_cost", "halving_doubling_cost", "parts", "rho",
+           "swing", "swing_latency_optimal", "swing_matching", "swing_torus", "swing_torus_latency_optimal",
+           "torus_grid", "torus_walk"]
 
 SOURCE = "De Sensi, Bonato, Saam & Hoefler, Swing, NSDI 2024"
 DIMS = Parameter("dims", "", "torus sizes RxC (or AxBxC...), row-major as torus:RxC; default: a near-square grid")
@@ -56,7 +67,10 @@ def _e(p: int) -> int:
     return int(p != pow2floor(p))
 
 
-def _cost(what: str) -> Cost:
+def halving_doubling_cost(what: str) -> Cost:
+    """The Cost of recursive halving, then doubling, over log2 P matchings (``butterfly``), folded.
+
+    ``what`` ends the formula's text."""
     # Rabenseifner's counts (Thakur et al. 2005): a halving of P blocks, the doubling back, the fold.
     def big(p: int) -> int:
         return pow2floor(p)
@@ -70,7 +84,7 @@ def _cost(what: str) -> Cost:
     )
 
 
-@register(Kind.ALLREDUCE, "swing", source=SOURCE, cost=_cost(""),
+@register(Kind.ALLREDUCE, "swing", source=SOURCE, cost=halving_doubling_cost(""),
           constraints=("p not a power of two: the p - P extra ranks fold in and out",))
 def swing(ranks: int, *, chunks: int = 1) -> Schedule:
     """Bandwidth-optimal Swing all-reduce on P = 2^⌊log2 p⌋ ranks, extra ranks folded in.
@@ -125,7 +139,7 @@ def parts(g: Grid, ports: int) -> list[tuple[int, list[int]]]:
     return out
 
 
-def _walk(g: Grid, order: list[int]) -> list[tuple[int, int]]:
+def torus_walk(g: Grid, order: list[int]) -> list[tuple[int, int]]:
     """(dimension, its step t) in the order a Swing collective takes them: round robin from ``order[0]``,
     skipping a dimension once its log2 q steps are done."""
     left = {d: log2floor(g.dims[d]) for d in order}
@@ -151,7 +165,7 @@ def _torus_matching(g: Grid, d: int, t: int, sign: int) -> list[int]:
 
 @register(Kind.ALLREDUCE, "swing_torus", source=SOURCE + " (multiport torus variant)",
           parameters=(CHUNKS, DIMS, PORTS), check=check_torus(True),
-          cost=_cost(" (β summed over all ports: on a square torus the 2D ports share it, time ÷ 2D)"),
+          cost=halving_doubling_cost(" (β summed over all ports: on a square torus the 2D ports share it, time ÷ 2D)"),
           constraints=("dims (if given): sizes that are powers of two, product p",
                        "dims empty: P = 2^⌊log2 p⌋ ranks on a near-square grid, the extra ranks folded in"))
 def swing_torus(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) -> Schedule:
@@ -170,7 +184,7 @@ def swing_torus(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) 
     halves: list[Phase] = []
     doubles: list[Phase] = []
     for j, (sign, order) in enumerate(plan):
-        matchings = [_torus_matching(g, d, t, sign) for d, t in _walk(g, order)]
+        matchings = [_torus_matching(g, d, t, sign) for d, t in torus_walk(g, order)]
 
         def place(blk: int, j: int = j) -> int:
             return (j * big + blk) * k
@@ -179,5 +193,79 @@ def swing_torus(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) 
         halves.append(rs)
         doubles.append(ag)
     for phase in (pre, parallel(*halves), parallel(*doubles), post):
+        emit(b, phase)
+    return b.build()
+
+
+# --- latency-optimal Swing (De Sensi et al. 2024, §3.1.2) ----------------------------------------
+
+
+def exchange(matching: Sequence[int], start: int, width: int,
+             ranks: Callable[[int], int] = lambda x: x) -> list[Transfer]:
+    """One latency-optimal step: every x adds its ``width`` chunks from ``start`` into ``matching[x]``'s.
+
+    Both directions of a pair run in the same step (a transfer reads its source when the step starts),
+    so x and its partner end holding the same sum. One transfer per chunk, as ``butterfly`` does;
+    ``ranks`` maps the matching's ranks to the schedule's (for a fold).
+    """
+    return [Transfer(ranks(x), ranks(y), Buf.INPUT, start + c, Buf.INPUT, start + c, 1, Op.REDUCE)
+            for x, y in enumerate(matching) for c in range(width)]
+
+
+def exchange_cost(what: str) -> Cost:
+    """The Cost of log2 P whole-buffer exchanges (``exchange``), folded; ``what`` ends the formula's text."""
+    # Recursive doubling's counts (Thakur et al. 2005): log2 P exchanges of the whole buffer, the fold.
+    def steps(p: int) -> int:
+        return log2floor(p) + 2 * _e(p)
+
+    return Cost(
+        "(log2 P+2e)α + (log2 P+2e)·nβ + (log2 P+e)·nγ, P = 2^⌊log2 p⌋, e = [p ≠ P]" + what,
+        steps=lambda p, n, params: steps(p),
+        bytes=lambda p, n, params: steps(p) * n,
+        reduced=lambda p, n, params: (log2floor(p) + _e(p)) * n,
+        sent_per_rank=lambda p, n, params: (log2floor(p) + _e(p)) * n,
+    )
+
+
+@register(Kind.ALLREDUCE, "swing_latency_optimal", source=SOURCE + " (latency-optimal, §3.1.2)",
+          cost=exchange_cost(""), constraints=("p not a power of two: the p - P extra ranks fold in and out",))
+def swing_latency_optimal(ranks: int, *, chunks: int = 1) -> Schedule:
+    """Latency-optimal Swing all-reduce: at step s, r and π(r, s) add their whole buffers into each other.
+
+    log2 P steps on P = 2^⌊log2 p⌋ ranks, the extra ranks folded in and out; the buffer is ``chunks``
+    chunks, each its own transfer.
+    """
+    p, k = ranks, chunks
+    big = pow2floor(p)
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, k), "swing_latency_optimal")
+    pre, post = fold(p, k)
+    steps = [exchange(swing_matching(big, s), 0, k) for s in range(log2floor(big))]
+    for phase in (pre, steps, post):
+        emit(b, phase)
+    return b.build()
+
+
+@register(Kind.ALLREDUCE, "swing_torus_latency_optimal", source=SOURCE + " (latency-optimal, multiport torus)",
+          parameters=(CHUNKS, DIMS, PORTS), check=check_torus(True),
+          cost=exchange_cost(" (β summed over all ports: the m parts move n/m each, time ÷ m on distinct links)"),
+          constraints=("dims (if given): sizes that are powers of two, product p",
+                       "dims empty: P = 2^⌊log2 p⌋ ranks on a near-square grid, the extra ranks folded in"))
+def swing_torus_latency_optimal(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) -> Schedule:
+    """Latency-optimal Swing all-reduce on a torus of ``dims`` (row-major as torus:RxC).
+
+    The buffer is m parts (``parts``) of ``chunks`` chunks; part j walks the dimensions in its own
+    order and direction, as ``swing_torus`` does, and at each of its log2 P steps every rank adds its
+    whole part into its peer's, all parts in the same steps.
+    """
+    p, k = ranks, chunks
+    big = pow2floor(p)
+    g = torus_grid(big if not dims.strip() else p, dims, pow2=True)
+    plan = parts(g, ports)
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, len(plan) * k), "swing_torus_latency_optimal")
+    pre, post = fold(p, len(plan) * k)
+    programs: list[Phase] = []
+    for j, (sign, order) in enumerate(plan):
+        programs.append([exchange(_torus_matching(g, d, t, sign), j * k, k) for d, t in torus_walk(g, order)])
+    for phase in (pre, parallel(*programs), post):
         emit(b, phase)
     return b.build()

@@ -20,7 +20,8 @@ ALGORITHMS = [(a.kind.value, a.name) for a in registry.algorithms()]
 def test_every_family_is_registered() -> None:
     want = {
         "allreduce": {"ring", "recursive_doubling", "rabenseifner", "binomial", "double_binary_tree", "direct",
-                      "hierarchical", "swing", "swing_torus", "torus_bucket", "nccl_ring", "nccl_tree"},
+                      "hierarchical", "swing", "swing_torus", "torus_bucket", "nccl_ring", "nccl_tree",
+                      "swing_latency_optimal", "swing_torus_latency_optimal"},
         "allgather": {"ring", "recursive_doubling", "bruck", "direct", "nccl_ring", "pat"},
         "reducescatter": {"ring", "recursive_halving", "direct", "nccl_ring", "pat"},
         "broadcast": {"binomial", "binary_tree", "chain", "linear", "scatter_allgather", "nccl_ring"},

@@ -1,0 +1,145 @@
+"""The Swing paper's algorithms (De Sensi, Bonato, Saam & Hoefler, NSDI 2024): latency-optimal Swing.
+
+Correct at many sizes, square or not, with any number of ports; the peers, hops and links the paper
+describes; and the simulated time against the paper's model written out by hand: 400 Gb/s links, 100 ns of
+wire plus 300 ns of router per hop, and one per-message overhead o = 0.5 us (OVERHEAD), fitted on one point (the
+published latency-optimal Swing on torus:8x8 at 32 B, 7 us: 6 steps of o and 10 hops of 400 ns). At 32 B a
+step costs o + (the hops of its farthest message)·400 ns, the bytes adding under 0.1%.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from algorithms import registry
+from algorithms.ir import Schedule
+from algorithms.library.compose import Grid
+from algorithms.library.swing import rho
+from sim.engine import simulate
+from sim.topology import Topology, from_spec
+from sim.verify.verifier import assert_verified
+
+B = 400e9 / 8  # the paper's links: 400 Gb/s
+HOP = 100e-9 + 300e-9  # wire and router, per hop
+OVERHEAD = 0.5e-6  # per message, fitted on the published 7 us of latency-optimal Swing on torus:8x8 at 32 B
+
+TORUS = ["swing_torus_latency_optimal"]
+
+
+def build(name: str, p: int, **params: Any) -> Schedule:
+    return registry.build("allreduce", name, p, **params)
+
+
+def ranks(dims: str) -> int:
+    return math.prod(int(q) for q in dims.split("x"))
+
+
+def paper_torus(dims: str) -> Topology:
+    return from_spec(f"torus:{dims}", bandwidth=B, latency=HOP)
+
+
+# --- correctness -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", range(1, 65))
+def test_latency_optimal_swing_is_correct_for_every_p_to_64(p: int) -> None:
+    assert_verified(build("swing_latency_optimal", p, chunks=2))
+
+
+GRIDS = ["8x8", "2x8", "8x2", "4x16", "16x4", "1x8", "8", "2x4x8", "4x4x4", "2x2x2x2", "1x4x1x4", "32x2"]
+
+
+@pytest.mark.parametrize("dims", GRIDS)
+@pytest.mark.parametrize("name", TORUS)
+def test_torus_variants_are_correct_on_square_and_lopsided_grids(name: str, dims: str) -> None:
+    for ports in (0, 1, 3):
+        assert_verified(build(name, ranks(dims), dims=dims, ports=ports))
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 6, 12, 13, 24, 31, 33, 48, 63])
+@pytest.mark.parametrize("name", TORUS)
+def test_awkward_world_sizes_are_served_on_the_default_grid(name: str, p: int) -> None:
+    # Not a power of two: the torus variants fold the extra ranks in; the rings fall back to a ring of p.
+    assert_verified(build(name, p, chunks=2))
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(TORUS), sizes=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3),
+       ports=st.integers(0, 7), chunks=st.integers(1, 3))
+def test_any_power_of_two_torus_any_ports_any_chunks(name: str, sizes: list[int], ports: int, chunks: int) -> None:
+    dims = "x".join(map(str, sizes))
+    assert_verified(build(name, math.prod(sizes), dims=dims, ports=ports, chunks=chunks))
+
+
+# --- what the paper describes ------------------------------------------------------------------------
+
+
+def _ring_hops(d: int, q: int) -> int:
+    d %= q
+    return min(d, q - d)
+
+
+def _step_hops(s: Schedule, dims: str) -> list[int]:
+    """The most hops any transfer of each step crosses on the torus (minimal routes)."""
+    g = Grid.parse(dims)
+
+    def hops(a: int, b: int) -> int:
+        return sum(_ring_hops(x - y, q) for x, y, q in zip(g.coords(a), g.coords(b), g.dims, strict=True))
+
+    return [max(hops(t.src, t.dst) for t in step.transfers) for step in s.steps]
+
+
+def test_latency_optimal_swing_takes_half_the_steps_with_the_same_peers() -> None:
+    # 1-D, p = 16: peers |ρ(s)| = 1, 1, 3, 5 away, the whole buffer every step; bandwidth-optimal: twice the steps.
+    s = build("swing_latency_optimal", 16, chunks=3)
+    assert len(s.steps) == 4
+    for i, step in enumerate(s.steps):
+        assert {_ring_hops(t.dst - t.src, 16) for t in step.transfers} == {_ring_hops(rho(i), 16)}
+        assert sorted((t.src, t.dst_index) for t in step.transfers) == [(r, c) for r in range(16) for c in range(3)]
+    assert len(build("swing", 16).steps) == 8
+    # torus:8x8: 6 steps of 1, 1, 1, 1, 3, 3 hops (dimensions in turn), against 12 steps of 20 hops.
+    assert _step_hops(build("swing_torus_latency_optimal", 64, dims="8x8"), "8x8") == [1, 1, 1, 1, 3, 3]
+    assert sum(_step_hops(build("swing_torus", 64, dims="8x8"), "8x8")) == 20
+
+
+# --- the paper's model, by hand ------------------------------------------------------------------------
+
+
+def _swing_hops(q: int) -> list[int]:
+    return [_ring_hops(rho(t), q) for t in range(q.bit_length() - 1)]
+
+
+def hand_32b(name: str, dims: str) -> float:
+    """The paper's model at 32 B: each step o plus its farthest message's hops at 400 ns (bytes left out)."""
+    qs = [int(q) for q in dims.split("x") if int(q) > 1]
+    if name == "swing_torus_latency_optimal":  # log2 p steps, ρ's hops per dimension
+        return sum(OVERHEAD + h * HOP for q in qs for h in _swing_hops(q))
+    raise AssertionError(name)
+
+
+CASES_32B = [(n, d) for n in TORUS for d in ("8x8", "16x4", "4x4x4")] + [
+    ("swing_torus_latency_optimal", "64x16"),
+]
+
+
+@pytest.mark.parametrize(("name", "dims"), CASES_32B)
+def test_32_bytes_as_the_paper_models_it(name: str, dims: str) -> None:
+    params: dict[str, str] = {"dims": dims}
+    r = simulate(build(name, ranks(dims), **params), paper_torus(dims), 32, overhead=OVERHEAD)
+    assert r.ok
+    assert r.time == pytest.approx(hand_32b(name, dims), rel=1e-3)
+
+
+def test_the_published_point_and_the_halved_steps() -> None:
+    # torus:8x8 at 32 B: the published latency-optimal Swing, 7 us; the bandwidth-optimal one takes 14.
+    assert hand_32b("swing_torus_latency_optimal", "8x8") == pytest.approx(7e-6)
+    topo = paper_torus("8x8")
+    lat = simulate(build("swing_torus_latency_optimal", 64, dims="8x8"), topo, 32, overhead=OVERHEAD).time
+    bw = simulate(build("swing_torus", 64, dims="8x8"), topo, 32, overhead=OVERHEAD).time
+    assert lat == pytest.approx(7e-6, rel=1e-3) and bw == pytest.approx(14e-6, rel=1e-3)
+
