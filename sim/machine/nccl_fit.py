@@ -14,7 +14,7 @@ command takes as ``-t machine.json``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ BOUNDS = {"nvlink_efficiency": (0.2, 1.0), "nic_efficiency": (0.2, 1.0), "latenc
 def fitted_topology(system: GpuSystem, nodes: int, *, nvlink_efficiency: float, nic_efficiency: float,
                     latency_scale: float) -> Topology:
     """The preset with these figures (``latency_scale`` in the graph, where the NCCL model reads it)."""
-    t = gpu_cluster(replace(system, nvlink_efficiency=nvlink_efficiency, nic_efficiency=nic_efficiency), nodes)
+    t = gpu_cluster(system.with_figures(nvlink_efficiency=nvlink_efficiency, nic_efficiency=nic_efficiency), nodes)
     g = t.graph.copy()
     g.graph["nccl_latency_scale"] = float(latency_scale)
     return Topology(g, f"{t.name} (fitted)", t.routes)

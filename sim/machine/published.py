@@ -43,6 +43,14 @@ class Table:
         return self.header.get("collective", "")
 
     @property
+    def nccl_version(self) -> str | None:
+        """``MAJOR.MINOR`` of the NCCL release the table's header names (``nccl_version``, or the nccl-tests
+        log's ``NCCL version`` line), or None where it names none (``not printed``)."""
+        from sim.machine.nccl_versions import parse_version
+
+        return parse_version(self.header.get("nccl_version", ""))
+
+    @property
     def forced_algo(self) -> str | None:
         """The algorithm the table forced (``NCCL_ALGO=Ring`` -> ``ring``), or None for NCCL's default."""
         text = self.header.get("nccl_algo", "")
@@ -128,6 +136,8 @@ def from_nccl_tests(path: str | Path) -> Table:
     rows = [(int(r.size), float(r.oop.time_us) * 1e-6) for r in t.rows if r.oop.time_us]
     header = {str(k): str(v) for k, v in dict(t.params).items()}
     header["collective"] = str(t.collective)
+    if t.nccl_version and "nccl_version" not in header:
+        header["nccl_version"] = t.nccl_version
     # A forced algorithm shows in the log as NCCL prints it with NCCL_DEBUG=INFO ("NCCL INFO NCCL_ALGO set by
     # environment to Ring") or as the variable itself (a launcher echoing NCCL_ALGO=Ring).
     m = re.search(r"NCCL_ALGO(?:=| set by environment to )\s*(\w+)", nccl_tests.read_text(path))
@@ -144,6 +154,7 @@ def score(table: Table, topology: Any = None, *, algo: str | None = None, **engi
 
     topo = topology if topology is not None else from_spec(table.preset)
     algo = algo or table.forced_algo
+    engine.setdefault("nccl_version", table.nccl_version)
     out = TableScore(table)
     for size, measured in table.rows:
         run = simulate_nccl(table.collective, topo, size, algo=algo, **engine)

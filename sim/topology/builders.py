@@ -63,10 +63,11 @@ NIC_LATENCY = 1e-6
 
 # The dgx-h100 preset carries what NCCL reaches on those links, so that simulation reproduces NVIDIA's
 # published figures (tests/sim/machine/test_machine.py holds each within 5%):
-DGX_NVLINK_EFFICIENCY = 0.815
+DGX_NVLINK_EFFICIENCY = 20.6 / 25
 """NCCL's ring reaches ~365-370 GB/s busbw on 8 H100s whose NVLink line rate is 450 GB/s: "with the protocol
 overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (S. Jeaugey, NVIDIA/nccl-tests issue 212;
-also NVIDIA/nccl issue 1455). 0.815 x 450 = 366.75 GB/s."""
+also NVIDIA/nccl issue 1455), which is NCCL's own per-link figure (src/graph/topo.h ``SM90_NVLINK_BW`` 20.6 GB/s
+of a 25 GB/s link; ``sim.topology.gpus.HOPPER``): 18 x 20.6 = 370.8 GB/s."""
 DGX_NIC_EFFICIENCY = 0.94
 """NDR 400 Gb/s (50 GB/s) NICs: "you should see 46-48GB/s per NIC" (NVIDIA/nccl-tests issue 290). 0.94 x 50 = 47."""
 DGX_NIC_LATENCY = 4.8e-6

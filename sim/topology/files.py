@@ -41,8 +41,11 @@ def to_dict(topology: Topology) -> dict[str, Any]:
     }
 
 
-NODE_KEYS = ("gpus_per_node", "system", "nccl_latency_scale")
-"""What a GPU preset's graph says of its nodes (``sim.topology.gpus``), kept in a file's ``nodes`` object."""
+NODE_KEYS = ("gpus_per_node", "system", "nccl_latency_scale", "fabric", "nvlink_efficiency", "nccl")
+"""What a GPU preset's graph says of its nodes (``sim.topology.gpus``), kept in a file's ``nodes`` object: the
+domain's size, the preset, its NIC fabric (``sim.topology.fabrics``), a fitted NVLink efficiency, and the NCCL
+model's fitted figures (``nccl``: ``sim.machine.nccl_fit``; ``nccl_latency_scale``, one factor on every NCCL
+latency, is the older form)."""
 
 
 def _nodes(doc: object) -> dict[str, Any]:
@@ -54,9 +57,17 @@ def _nodes(doc: object) -> dict[str, Any]:
         raise TopologyError(f"topology.nodes.gpus_per_node: must be an integer >= 1, got {g!r}")
     if "system" in doc and not isinstance(doc["system"], str):
         raise TopologyError(f"topology.nodes.system: must be a preset name, got {doc['system']!r}")
-    s = doc.get("nccl_latency_scale", 1.0)
-    if isinstance(s, bool) or not isinstance(s, int | float) or not 0 < s < 1e6:
-        raise TopologyError(f"topology.nodes.nccl_latency_scale: must be a positive number, got {s!r}")
+    for key in ("nccl_latency_scale", "nvlink_efficiency"):
+        s = doc.get(key, 1.0)
+        if isinstance(s, bool) or not isinstance(s, int | float) or not 0 < s < 1e6:
+            raise TopologyError(f"topology.nodes.{key}: must be a positive number, got {s!r}")
+    if "fabric" in doc:
+        from sim.topology.fabrics import fabric_from_dict
+
+        fabric_from_dict(doc["fabric"], "topology.nodes.fabric")
+    nccl = doc.get("nccl", {})
+    if not isinstance(nccl, dict) or not all(isinstance(k, str) for k in nccl):
+        raise TopologyError("topology.nodes.nccl: must be an object")
     return dict(doc)
 
 
@@ -211,6 +222,9 @@ def save(topology: Topology, path: str | os.PathLike[str]) -> None:
         g.graph.update(format=FORMAT, name=topology.name, ranks=topology.ranks,
                        routes=json.dumps([[s, d, list(pth)] for (s, d), pth in sorted(topology.routes.items())]))
         caps = _caps_of(topology)
+        for key, value in list(g.graph.items()):
+            if isinstance(value, dict):  # a GPU preset's fabric and NCCL figures: GraphML holds text
+                g.graph[key] = json.dumps(value)
         for n in g.nodes:
             g.nodes[n].pop("caps", None)
             g.nodes[n]["kind"] = "rank" if isinstance(n, int) else "switch"

@@ -330,36 +330,54 @@ register_topology(
     parse=lambda text: dict(zip(("nodes", "gpus"), parse_shape(text, 2), strict=True)),
     constraints=("N, G >= 1", _AT_MOST), ranks=lambda a: a["nodes"] * a["gpus"], source=_BUILTIN)(
     _builder("cluster"))
-register_topology(
-    "dgx-h100", syntax="dgx-h100:N",
-    help="N DGX H100 systems of 8 GPUs at NCCL's effective NVLink and NIC figures, NVSwitches that reduce and "
-         "multicast (NVLS); dgx-h100:N+sharp adds InfiniBand SHARP on the network switch (docs/design.md)",
-    constraints=("N >= 1", "8N ranks", _AT_MOST), ranks=lambda a: 8 * a[0], source=_BUILTIN)(_builder("dgx_h100"))
+
+GPU_OPTIONS = ("[@domain=G,fabric=ib|ib-hdr|roce|efa|tcpxo,nics=K,nic=400Gb/s,latency=20us,overhead=3us,"
+               "efficiency=0.94]")
+"""A GPU preset's options after its node count (``sim.topology.gpus.parse_options``; the fabrics in
+``sim.topology.fabrics``)."""
+_DOMAIN = re.compile(r"(?:^|,)\s*domain\s*=\s*(\d+)\s*(?:,|$)")
+
 
 def _gpu_builder(system: str) -> Callable[..., Topology]:
     """``sim.topology.gpus.gpu_cluster`` of ``system``, imported when a SPEC is built."""
 
-    def build(nodes: int) -> Topology:
-        topo: Topology = importlib.import_module("sim.topology.gpus").gpu_cluster(system, nodes)
+    def build(nodes: int, options: str = "") -> Topology:
+        topo: Topology = importlib.import_module("sim.topology.gpus").gpu_cluster(system, nodes, options)
         return topo
 
     build.__name__ = build.__qualname__ = system.replace("-", "_")
     return build
 
 
+def _gpu_parse(text: str) -> dict[str, Any]:
+    count, _, options = text.partition("@")
+    if not count.strip().isdigit() or int(count) < 1:
+        raise TopologyError(f"expected N (domains, >= 1) and optionally @KEY=VALUE,..., got {text!r}")
+    return {"nodes": int(count), "options": options.strip()}
+
+
 def _gpu_ranks(gpus: int) -> Callable[[Any], int]:
-    return lambda a: gpus * a[0]
+    def ranks(a: Any) -> int:
+        m = _DOMAIN.search(a["options"])
+        return (int(m.group(1)) if m else gpus) * int(a["nodes"])
+
+    return ranks
 
 
 for _name, _gpn, _help in (
-    ("hgx-h200", 8, "N HGX H200 nodes: 8 H200 at NVLink 4 (450 GB/s per direction), 8x 400 Gb/s NICs on rails"),
-    ("dgx-a100", 8, "N DGX A100 nodes: 8 A100 at NVLink 3 (300 GB/s per direction), 8x 200 Gb/s HDR NICs on rails"),
-    ("dgx-b200", 8, "N DGX B200 nodes: 8 B200 at NVLink 5 (900 GB/s per direction), 8x 400 Gb/s NICs on rails"),
-    ("gb200-nvl72", 72, "N GB200 NVL72 racks: 72 GPUs in one NVLink 5 domain (900 GB/s per direction), "
-                        "a 400 Gb/s NIC per GPU on rails"),
+    ("dgx-h100", 8, "N DGX H100 systems: 8 H100 at NVLink 4 (450 GB/s per direction), NVSwitches that reduce and "
+                    "multicast (NVLS), 8x 400 Gb/s NICs on rails; dgx-h100:N+sharp adds InfiniBand SHARP on the "
+                    "network switch (docs/design.md)"),
+    ("hgx-h200", 8, "N HGX H200 nodes: 8 H200 at NVLink 4 (450 GB/s per direction), NVLS, 8x 400 Gb/s NICs on rails"),
+    ("dgx-a100", 8, "N DGX A100 nodes: 8 A100 at NVLink 3 (300 GB/s per direction), no NVLS, 8x 200 Gb/s HDR NICs "
+                    "on rails"),
+    ("dgx-b200", 8, "N DGX B200 nodes: 8 B200 at NVLink 5 (900 GB/s per direction), NVLS, 8x 400 Gb/s NICs on rails"),
+    ("gb200-nvl72", 72, "N GB200 NVL72 NVLink domains of 72 GPUs (domain=G: G GPUs each, e.g. 8 or 32) at NVLink 5 "
+                        "(900 GB/s per direction), NVLS, a 400 Gb/s NIC per GPU on rails"),
 ):
-    register_topology(_name, syntax=f"{_name}:N", help=f"{_help} (sim.topology.gpus)",
-                      constraints=("N >= 1", f"{_gpn}N ranks", _AT_MOST),
+    register_topology(_name, syntax=f"{_name}:N", parse=_gpu_parse,
+                      help=f"{_help}; options {GPU_OPTIONS} (sim.topology.gpus)",
+                      constraints=("N >= 1", f"{_gpn}N ranks (G x N with domain=G)", _AT_MOST),
                       ranks=_gpu_ranks(_gpn), source="sim.topology.gpus")(_gpu_builder(_name))
 
 SPEC_FORMS = spec_forms(loaded=False)

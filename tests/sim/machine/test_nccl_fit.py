@@ -71,7 +71,8 @@ def test_a_topology_file_keeps_the_nodes() -> None:
     from sim.topology.gpus import node_size
 
     doc = to_dict(from_spec("dgx-h100:2"))
-    assert doc["nodes"] == {"gpus_per_node": 8, "system": "dgx-h100"}
+    assert doc["nodes"]["gpus_per_node"] == 8 and doc["nodes"]["system"] == "dgx-h100"
+    assert doc["nodes"]["fabric"]["name"] == "ib" and doc["nodes"]["fabric"]["nic_Gbps"] == 400.0
     assert node_size(from_dict(doc)) == 8
     doc["nodes"] = {"gpus_per_node": 0}
     with pytest.raises(TopologyError, match=r"nodes\.gpus_per_node"):

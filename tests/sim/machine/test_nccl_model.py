@@ -18,18 +18,20 @@ ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml"
 PUBLISHED = ROOT / "tests" / "data" / "published"
 
 
-@pytest.mark.parametrize(("spec", "gpus", "nvlink", "nic"), [
-    ("dgx-h100:2", 8, 450e9, 50e9),       # H100: NVLink 900 GB/s bidirectional; CX-7 400 Gb/s
-    ("hgx-h200:2", 8, 450e9, 50e9),       # H200: the same NVLink 4; CX-7 400 Gb/s
-    ("dgx-a100:2", 8, 300e9, 25e9),       # A100: NVLink 600 GB/s bidirectional; HDR 200 Gb/s
-    ("dgx-b200:2", 8, 900e9, 50e9),       # B200: NVLink 5 1.8 TB/s bidirectional; CX-7 400 Gb/s
-    ("gb200-nvl72:2", 72, 900e9, 50e9),   # GB200 NVL72: 72 GPUs per NVLink domain
+@pytest.mark.parametrize(("spec", "gpus", "nvlink", "per_link", "nic"), [
+    ("dgx-h100:2", 8, 450e9, 20.6 / 25, 50e9),       # H100: 18 NVLink-4 links x 25 GB/s; CX-7 400 Gb/s
+    ("hgx-h200:2", 8, 450e9, 20.6 / 25, 50e9),       # H200: the same NVLink 4; CX-7 400 Gb/s
+    ("dgx-a100:2", 8, 300e9, 20.0 / 25, 25e9),       # A100: 12 NVLink-3 links x 25 GB/s; HDR 200 Gb/s
+    ("dgx-b200:2", 8, 900e9, 40.1 / 50, 50e9),       # B200: 18 NVLink-5 links x 50 GB/s; CX-7 400 Gb/s
+    ("gb200-nvl72:2", 72, 900e9, 40.1 / 50, 50e9),   # GB200 NVL72: 72 GPUs per NVLink domain
 ])
-def test_preset_figures(spec: str, gpus: int, nvlink: float, nic: float) -> None:
+def test_preset_figures(spec: str, gpus: int, nvlink: float, per_link: float, nic: float) -> None:
     t = from_spec(spec)
     assert node_size(t) == gpus and t.ranks == 2 * gpus
-    # NCCL reaches ~370 of 450 GB/s on NVLink (nccl-tests #212) and 46-48 of 50 GB/s per NIC (nccl-tests #290)
-    assert t.bandwidth(1, "node0") == pytest.approx(nvlink * 0.815)
+    # NCCL's topology counts SM80/SM90/SM100_NVLINK_BW = 20 / 20.6 / 40.1 GB/s per link (src/graph/topo.h; 18 x 20.6
+    # = 370.8 GB/s, the maintainers' "effective NVLink bandwidth of 370GB/s" on H100, nccl-tests #212) and 46-48 of
+    # 50 GB/s per NIC (nccl-tests #290)
+    assert t.bandwidth(1, "node0") == pytest.approx(nvlink * per_link)
     assert t.bandwidth(1, "rail1") == pytest.approx(nic * 0.94)
 
 
@@ -128,7 +130,7 @@ def test_validate_predictions_under_a_runtime() -> None:
 
 
 def test_two_node_rail_matched_ring_reaches_every_nic(capsys: pytest.CaptureFixture[str]) -> None:
-    # NCCL_ALGO=Ring on 2 DGX H100 at 8 GiB: every rank's channels add up to NVLink's 0.815 x 450 = 366.75 GB/s
+    # NCCL_ALGO=Ring on 2 DGX H100 at 8 GiB: every rank's channels add up to NVLink's 18 x 20.6 = 370.8 GB/s
     # and the node's 8 NICs' 8 x 47 = 376 GB/s (the maintainers in nccl-tests #309/#319: up to ~396 GB/s with
     # Ring on 8 x 400G); the busbw lies within 3% of both (one NIC, 47 GB/s, was the old 2-node ring)
     args = ["simulate", "-c", "allreduce", "-a", "nccl", "--param", "algo=ring", "-t", "dgx-h100:2", "-s", "8GiB",
@@ -136,7 +138,7 @@ def test_two_node_rail_matched_ring_reaches_every_nic(capsys: pytest.CaptureFixt
     assert cli_main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["simulated"]["schedule"] == "nccl_ring"
-    assert 0.97 * 366.75 < out["busbw_GBps"] < 1.03 * 376.0
+    assert 0.97 * 370.8 < out["busbw_GBps"] < 1.03 * 376.0
 
 
 def test_msccl_runtime_takes_the_files_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

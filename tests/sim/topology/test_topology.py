@@ -78,9 +78,9 @@ def test_cluster_routes_inside_nodes_over_nvlink_and_between_nodes_over_nics() -
 def test_dgx_h100_figures() -> None:
     topo = T.dgx_h100(2)
     assert topo.ranks == 16
-    # NCCL's effective figures on 450 GB/s NVLink and 50 GB/s NICs (sim.topology.builders,
-    # tests/sim/machine/test_machine.py)
-    assert topo.bandwidth(3, "node0") == pytest.approx(0.815 * 450e9) and topo.bandwidth("node0", 3) < 450e9
+    # NCCL's effective figures on 450 GB/s NVLink (18 links x SM90_NVLINK_BW 20.6 GB/s) and 50 GB/s NICs
+    # (sim.topology.gpus, tests/sim/machine/test_machine.py)
+    assert topo.bandwidth(3, "node0") == pytest.approx(18 * 20.6e9) and topo.bandwidth("node0", 3) < 450e9
     # one 400 Gb/s NIC per GPU, on the leaf switch of its rail (GPU 3 of every node on rail3)
     assert topo.bandwidth(3, "rail3") == pytest.approx(0.94 * 50e9) and topo.bandwidth("rail3", 11) < 50e9
     assert topo.route(3, 11) == (3, "rail3", 11)
