@@ -44,6 +44,9 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
                    help="force one NCCL protocol, as NCCL_PROTO does")
     p.add_argument("--step-cost", metavar="T", default=None,
                    help="collsched runtime: the runner's host cost per message, e.g. 5us (default 0)")
+    p.add_argument("--nccl-version", metavar="V", default=None,
+                   help="the NCCL release whose tuning -a nccl and the nccl runtime model, 2.18 to 2.31 "
+                        "(sim.machine.nccl_versions; default: a fitted machine's, else the newest, 2.31)")
 
 
 def runtime_of(args: argparse.Namespace, topology: Any) -> str:
@@ -148,7 +151,7 @@ def cmd_simulate_nccl(args: argparse.Namespace) -> int:
     import time
 
     from sim.cli.common import gigabytes, human_size, human_time, peak_rss_mib, topology_from_args
-    from sim.machine.nccl import simulate_nccl
+    from sim.machine.nccl import compare, simulate_nccl
     from sim.units import parse_size
 
     if getattr(args, "file", None):
@@ -166,7 +169,8 @@ def cmd_simulate_nccl(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         run = simulate_nccl(args.collective, topo, size, algo=params.get("algo"), proto=params.get("proto"),
-                            root=args.root, options=opts)
+                            root=args.root, options=opts, nccl_version=getattr(args, "nccl_version", None))
+        cmp = compare(run, args.collective, topo, size)
     except ValueError as e:
         raise UsageError(str(e)) from None
     wall = time.perf_counter() - t0
@@ -174,14 +178,19 @@ def cmd_simulate_nccl(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**r.to_dict(), "wall_s": wall, "peak_rss_MiB": peak_rss_mib(),
                           "nccl": {"algorithm": run.nccl.algorithm, "protocol": run.nccl.protocol,
-                                   "channels": run.nccl.channels, "model_time_s": run.nccl.time_s},
+                                   "channels": run.nccl.channels, "model_time_s": run.nccl.time_s,
+                                   "version": run.nccl.version},
                           "simulated": {"algorithm": run.simulated.algorithm, "protocol": run.simulated.protocol,
                                         "schedule": run.schedule, "model_time_s": run.simulated.time_s},
-                          "notes": run.notes}))
+                          "nccl_model": cmp, "notes": run.notes}))
         return 0 if r.ok else 1
     print(f"nccl {args.collective} on {topo.describe()}, {r.mode}, {human_size(size)}")
-    print(f"  NCCL runs  {run.nccl.algorithm}/{run.nccl.protocol} on {run.nccl.channels} channels (its tuning model: "
-          f"{human_time(run.nccl.time_s)})")
+    print(f"  NCCL {run.nccl.version} runs {run.nccl.algorithm}/{run.nccl.protocol} on {run.nccl.channels} channels")
+    print(f"  NCCL's model {human_time(cmp['time_s'])} = {cmp['latency_s'] * 1e6:.1f} us latency + "
+          f"{human_size(size)} / {cmp['algbw_GBps']:.1f} GB/s ({human_time(cmp['bandwidth_s'])}); simulated "
+          f"{human_time(run.time)}, {cmp['ratio']:.2f}x NCCL's model")
+    for why in cmp["why"]:
+        print(f"  differs    {why}")
     if run.simulated != run.nccl:
         print(f"  simulated  {run.simulated.algorithm}/{run.simulated.protocol} (its model: "
               f"{human_time(run.simulated.time_s)})")

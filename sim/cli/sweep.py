@@ -138,7 +138,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 from sim.machine.nccl import simulate_nccl
 
                 nr = simulate_nccl(args.collective, topo, size, proto=args.protocol, root=args.root,
-                                   options=nccl_engine_options(args, opts))
+                                   options=nccl_engine_options(args, opts),
+                                   nccl_version=getattr(args, "nccl_version", None))
                 runs.append(("nccl", nr.result, f"{nr.nccl.algorithm}/{nr.nccl.protocol}"))
             for label, s in schedules:
                 r, _line, _ran = run_schedule(args, s, topo, size, opts)

@@ -44,8 +44,8 @@ from sim.machine.nccl_versions import version
 from sim.topology.gpus import node_size, system_of
 from sim.topology.graph import Topology
 
-__all__ = ["CHOICES", "PIPELINE_MODES", "NcclChoice", "NcclRun", "choose", "model_channels", "simulate_nccl",
-           "tuning"]
+__all__ = ["CHOICES", "PIPELINE_MODES", "NcclChoice", "NcclRun", "choose", "compare", "model_channels",
+           "simulate_nccl", "tuning"]
 
 NVLS_CHUNK = 128 * 1024
 """NCCL's NVLS chunk size, 128 KiB (src/transport/nvls.cc, ``NCCL_NVLS_CHUNKSIZE`` default)."""
@@ -233,6 +233,53 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
         notes.append(f"NCCL runs {pick.algorithm}/{pick.protocol} here; {why}, so {simulated.algorithm}/"
                      f"{simulated.protocol} is simulated")
         name = schedule_name(kind, simulated.algorithm)
+
+
+AGREEMENT = 0.05
+"""Within this fraction the simulated time and NCCL's own prediction agree (``compare``)."""
+
+
+def compare(run: NcclRun, kind: Kind | str, topology: Topology, size: float) -> dict[str, Any]:
+    """NCCL's own prediction for what it runs beside the simulated time: its model's terms (latency us, size over
+    its algorithm bandwidth), the ratio simulated / predicted, and where they differ by more than ``AGREEMENT``,
+    why: another pair simulated than NCCL runs; the latency part (NCCL's per-call latency against the simulation's
+    launch and per-hop steps, which it pays per pipeline stage); or the bandwidth part (NCCL's graph rate, its
+    channels x speed, against the links' rates the simulation prices every transfer at)."""
+    kind = Kind(kind)
+    pick = run.nccl
+    latency = pick.latency_us * 1e-6
+    bw_term = max(pick.time_s - latency, 0.0)
+    ratio = run.time / pick.time_s if pick.time_s > 0 else float("nan")
+    out: dict[str, Any] = {"version": pick.version, "algorithm": pick.algorithm, "protocol": pick.protocol,
+                           "channels": pick.channels, "latency_s": latency, "bandwidth_s": bw_term,
+                           "algbw_GBps": pick.algbw_GBps, "time_s": pick.time_s, "simulated_s": run.time,
+                           "ratio": ratio, "why": []}
+    why: list[str] = out["why"]
+    if abs(ratio - 1) <= AGREEMENT:
+        return out
+    if run.simulated.algorithm != pick.algorithm or run.simulated.protocol != pick.protocol:
+        why.append(f"the simulation runs {run.simulated.algorithm}/{run.simulated.protocol}, not NCCL's "
+                   f"{pick.algorithm}/{pick.protocol} (its model of that pair: {run.simulated.time_s * 1e6:.1f} us)")
+    sim_bw = size / max(run.time - run.model.launch, 1e-12) / 1e9
+    if bw_term >= latency:
+        why.append(f"bandwidth-bound: the simulation moves {sim_bw:.1f} GB/s of algorithm bandwidth on the links' "
+                   f"rates (NVLink {_rate(topology, 'nvlink')}, network {_rate(topology, 'net')} per GPU, x"
+                   f"{run.model.nvlink_factor:.3g} for {run.model.protocol}), NCCL's model {pick.algbw_GBps:.1f} "
+                   f"GB/s from its graph ({pick.channels} channels x its per-channel speed, the algorithm's "
+                   "refinements and caps)")
+    else:
+        why.append(f"latency-bound: NCCL's model charges {pick.latency_us:.1f} us per call; the simulation "
+                   f"{run.model.launch * 1e6:.1f} us at launch plus {run.model.step_latency('nvlink') * 1e6:.2f} us "
+                   f"per NVLink step and {run.model.step_latency('net') * 1e6:.2f} us per network step along the "
+                   f"schedule's critical path ({run.result.transfers} transfers, {run.schedule})")
+    return out
+
+
+def _rate(topology: Topology, medium: str) -> str:
+    for u, _v, a in topology.graph.edges(data=True):
+        if isinstance(u, int) and a.get("medium") == medium:
+            return f"{float(a['bandwidth']) / 1e9:.1f} GB/s"
+    return "-"
 
 
 PIPELINE_MODES: dict[str, tuple[str, ...]] = {"nvls": ("lockstep",), "nvls_tree": ("lockstep",),

@@ -357,7 +357,7 @@ def choose(kind: Kind | str, topology: Topology, size: float, *, algo: str | Non
     if not table:
         raise ValueError(f"the NCCL model covers allreduce, allgather, reducescatter, broadcast and reduce, not "
                          f"{kind.value}")
-    cc, nch = system.compute_capability, model_channels(system)
+    cc, g = system.compute_capability, graphs(system, nodes, topology)
     x86 = system.host == "x86"
     best: NcclChoice | None = None
     for (a, p), (lat, bw) in table.items():
@@ -365,8 +365,8 @@ def choose(kind: Kind | str, topology: Topology, size: float, *, algo: str | Non
             continue
         if available is not None and a not in available:
             continue
-        channels = graphs(system, nodes, topology).nvls_channels if a.startswith("nvls") else nch
-        t = model_time(kind, a, p, lat, bw, size, nodes, ranks, nch, cc, name, x86=x86)
+        channels = g.nvls_channels if a.startswith("nvls") else g.channels
+        t = model_time(kind, a, p, lat, bw, size, nodes, ranks, g.channels, cc, name, x86=x86)
         if best is None or t < best.time_s:
             best = NcclChoice(a, p, lat, bw, t, channels, name)
     if best is None:
