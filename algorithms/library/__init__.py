@@ -2,7 +2,8 @@
 
 Importing this package registers every built-in algorithm with ``algorithms.registry``;
 ``fold`` holds the power-of-two arithmetic the recursive algorithms share; ``compose`` the
-per-dimension composition (grids, lines, embedding 1-D schedules) that ``swing`` and ``torus`` use. Users reach the
+per-dimension composition (grids, lines, embedding 1-D schedules) that ``swing``, ``torus`` and
+``torus_doubling`` use. Users reach the
 algorithms through the registry (``registry.get(kind, name)``), not through these modules.
 """
 
@@ -22,8 +23,8 @@ from algorithms.library import (
     scatter,
     swing,
     torus,
+    torus_doubling,
 )
 
-__all__ = ["allgather", "allreduce", "alltoall", "alltoallv", "barrier", "broadcast", "gather", "innetwork", "nccl",
-           "pat", "reduce",
-           "reducescatter", "scatter", "swing", "torus"]
+__all__ = ["allgather", "allreduce", "alltoall", "alltoallv", "barrier", "broadcast", "gather", "innetwork",
+           "nccl", "pat", "reduce", "reducescatter", "scatter", "swing", "torus", "torus_doubling"]

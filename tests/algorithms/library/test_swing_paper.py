@@ -1,4 +1,5 @@
-"""The Swing paper's algorithms (De Sensi, Bonato, Saam & Hoefler, NSDI 2024): latency-optimal Swing.
+"""The Swing paper's algorithms (De Sensi, Bonato, Saam & Hoefler, NSDI 2024): latency-optimal Swing, recursive
+doubling and Rabenseifner in torus-distance order.
 
 Correct at many sizes, square or not, with any number of ports; the peers, hops and links the paper
 describes; and the simulated time against the paper's model written out by hand: 400 Gb/s links, 100 ns of
@@ -22,13 +23,15 @@ from algorithms.library.compose import Grid
 from algorithms.library.swing import rho
 from sim.engine import simulate
 from sim.topology import Topology, from_spec
+from sim.topology.routing import routed
 from sim.verify.verifier import assert_verified
 
 B = 400e9 / 8  # the paper's links: 400 Gb/s
 HOP = 100e-9 + 300e-9  # wire and router, per hop
 OVERHEAD = 0.5e-6  # per message, fitted on the published 7 us of latency-optimal Swing on torus:8x8 at 32 B
+MIB = 2**20
 
-TORUS = ["swing_torus_latency_optimal"]
+TORUS = ["swing_torus_latency_optimal", "rabenseifner_torus", "recursive_doubling_torus"]
 
 
 def build(name: str, p: int, **params: Any) -> Schedule:
@@ -107,6 +110,24 @@ def test_latency_optimal_swing_takes_half_the_steps_with_the_same_peers() -> Non
     assert sum(_step_hops(build("swing_torus", 64, dims="8x8"), "8x8")) == 20
 
 
+def test_rabenseifner_in_torus_distance_order_sends_its_largest_blocks_one_hop() -> None:
+    # torus:8x8, one port: halving at 1, 1, 2, 2, 4, 4 hops with n/2, n/4, ... n/64; the library's row-major
+    # Rabenseifner starts 4 rows away with n/2.
+    s = build("rabenseifner_torus", 64, dims="8x8", ports=1)
+    assert _step_hops(s, "8x8") == [1, 1, 2, 2, 4, 4, 4, 4, 2, 2, 1, 1]
+    per_rank = [sum(t.count for t in step.transfers if t.src == 0) for step in s.steps[:6]]
+    assert per_rank == [32, 16, 8, 4, 2, 1]
+    assert _step_hops(build("rabenseifner", 64), "8x8")[:3] == [4, 2, 1]
+    # Two parts in a dimension go opposite ways: at step 2 (rows, 2 apart) every rank sends +2 rows on one part
+    # and -2 on the other.
+    s2 = build("rabenseifner_torus", 64, dims="8x8", ports=2)
+    moves: dict[int, set[int]] = {}
+    for t in s2.steps[2].transfers:
+        moves.setdefault(t.src, set()).add((t.dst // 8 - t.src // 8) % 8)
+    assert len(moves) == 64
+    assert all(m == {2, 6} for m in moves.values())
+
+
 # --- the paper's model, by hand ------------------------------------------------------------------------
 
 
@@ -114,16 +135,24 @@ def _swing_hops(q: int) -> list[int]:
     return [_ring_hops(rho(t), q) for t in range(q.bit_length() - 1)]
 
 
+def _doubling_hops(q: int) -> list[int]:
+    return [_ring_hops(1 << t, q) for t in range(q.bit_length() - 1)]
+
+
 def hand_32b(name: str, dims: str) -> float:
     """The paper's model at 32 B: each step o plus its farthest message's hops at 400 ns (bytes left out)."""
     qs = [int(q) for q in dims.split("x") if int(q) > 1]
     if name == "swing_torus_latency_optimal":  # log2 p steps, ρ's hops per dimension
         return sum(OVERHEAD + h * HOP for q in qs for h in _swing_hops(q))
+    if name == "recursive_doubling_torus":  # log2 p steps, 2^t hops per dimension
+        return sum(OVERHEAD + h * HOP for q in qs for h in _doubling_hops(q))
+    if name == "rabenseifner_torus":  # the halving and the doubling back
+        return 2 * sum(OVERHEAD + h * HOP for q in qs for h in _doubling_hops(q))
     raise AssertionError(name)
 
 
 CASES_32B = [(n, d) for n in TORUS for d in ("8x8", "16x4", "4x4x4")] + [
-    ("swing_torus_latency_optimal", "64x16"),
+    ("swing_torus_latency_optimal", "64x16"), ("recursive_doubling_torus", "64x16"),
 ]
 
 
@@ -143,3 +172,24 @@ def test_the_published_point_and_the_halved_steps() -> None:
     bw = simulate(build("swing_torus", 64, dims="8x8"), topo, 32, overhead=OVERHEAD).time
     assert lat == pytest.approx(7e-6, rel=1e-3) and bw == pytest.approx(14e-6, rel=1e-3)
 
+
+def test_512_mib_on_torus_8x8_by_hand() -> None:
+    # Dimension-order routes (ties the way up), so that the q/2 steps are as the hand count has them; lockstep,
+    # each step after the last, as the paper's model counts them (a dataflow run overlaps the steps' chunks).
+    topo = routed(paper_torus("8x8"), "dimension")
+    n = 512 * MIB
+
+    def time(name: str, **params: Any) -> float:
+        return simulate(build(name, 64, **params), topo, n, mode="lockstep").time
+
+    # Rabenseifner, one port: a step of blocks n/2^(i+1) at d hops loads its busiest link d messages deep,
+    # Σ d_i/2^(i+1) = 1/2 + 1/4 + 2/8 + 2/16 + 4/32 + 4/64 = 1.3125, twice (halving, doubling): 28.2 ms.
+    one_port = time("rabenseifner_torus", dims="8x8", ports=1)
+    assert one_port == pytest.approx(2 * 1.3125 * n / B + 28 * HOP, rel=1e-6)
+    assert one_port == pytest.approx(28.2e-3, rel=2e-3)
+    # Four ports: parts n/4, each link d deep but at d = 4 = q/2 both parts of a dimension go the same way:
+    # 1/2 + 1/4 + 2/8 + 2/16 + 8/32 + 8/64 = 1.5 of n/4 each way.
+    four = time("rabenseifner_torus", dims="8x8")
+    assert four == pytest.approx(2 * 1.5 * n / 4 / B + 28 * HOP, rel=1e-6)
+    # The library's row-major Rabenseifner: 4/2 + 2/4 + 1/8 + 4/16 + 2/32 + 1/64 = 2.953125 deep.
+    assert time("rabenseifner") == pytest.approx(2 * 2.953125 * n / B + 28 * HOP, rel=1e-6)
