@@ -45,8 +45,8 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-cost", metavar="T", default=None,
                    help="collsched runtime: the runner's host cost per message, e.g. 5us (default 0)")
     p.add_argument("--nccl-version", metavar="V", default=None,
-                   help="the NCCL release whose tuning -a nccl and the nccl runtime model, 2.18 to 2.31 "
-                        "(sim.machine.nccl_versions; default: a fitted machine's, else the newest, 2.31)")
+                   help="the NCCL release whose tuning -a nccl and the nccl runtime model, 2.18 to 2.31 (2.31: the "
+                        "development branch; sim.machine.nccl_versions; default: a fitted machine's, else 2.30)")
 
 
 def runtime_of(args: argparse.Namespace, topology: Any) -> str:

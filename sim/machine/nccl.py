@@ -118,8 +118,9 @@ def _params(kind: Kind, name: str, topology: Topology, size: float, protocol: st
     if "group" in known:
         out["group"] = gpn
     if "channels" in known and system is not None:
-        # One channel per rail carries what NCCL's two per NIC carry (they share the NIC's link).
-        out["channels"] = system.nics_per_node if topology.ranks > gpn else 1
+        # One channel per rail (a GPU's share of the node's NICs) carries what NCCL's channels through that NIC
+        # carry (they share its link).
+        out["channels"] = gpn if topology.ranks > gpn else 1
     if "chunks" in known and name in ("chain", "double_binary_tree"):
         # Pipelined algorithms move their data in pieces (NCCL: chunks of a step's buffer); a few suffice for
         # the pipeline to fill, and more only add transfers.

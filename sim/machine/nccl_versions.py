@@ -236,8 +236,9 @@ def _build() -> dict[str, NcclVersion]:
 
 KNOWN: Mapping[str, NcclVersion] = _build()
 """Every modelled release by ``MAJOR.MINOR``, newest first."""
-DEFAULT_VERSION = "2.31"
-"""The newest release modelled (NVIDIA/nccl's development branch, 2.31.0a7; the newest tagged release is 2.30.7)."""
+DEFAULT_VERSION = "2.30"
+"""The newest release modelled: 2.30 (v2.30.7-1, the newest tag). 2.31 is NVIDIA/nccl's development branch
+(2.31.0a7, src/tuning/), modelled too and taken only when asked for."""
 
 
 def parse_version(text: str) -> str | None:
@@ -262,5 +263,5 @@ def version(text: str | None = None) -> NcclVersion:
         return KNOWN[name]
     major, minor = (int(x) for x in name.split("."))
     if (major, minor) > (2, 31):
-        return replace(KNOWN[DEFAULT_VERSION], name=name)
+        return replace(KNOWN["2.31"], name=name)
     raise ValueError(f"NCCL version {text!r}: the model knows {', '.join(reversed(list(KNOWN)))}")

@@ -24,7 +24,7 @@ def test_versions_parse_and_refuse() -> None:
     assert parse_version("NCCL version 2.25.1") == "2.25"
     assert parse_version("22702") == "2.27"  # nccl-tests' nccl-library= field
     assert parse_version("not printed") is None
-    assert version().name == DEFAULT_VERSION and next(iter(KNOWN)) == DEFAULT_VERSION
+    assert version().name == DEFAULT_VERSION == "2.30" and next(iter(KNOWN)) == "2.31"
     assert set(KNOWN) == {f"2.{m}" for m in range(18, 32)}
     with pytest.raises(ValueError, match=r"2\.18"):
         version("2.17")
