@@ -80,12 +80,31 @@ def expected_result(plan: dict[str, Any], given: dict[int, np.ndarray]) -> dict[
         elif kind == "alltoall":
             out[r] = np.concatenate([given[q][r * n:(r + 1) * n] for q in range(p)])
         elif kind == "sendrecv":
-            out[r] = given[1 - r]
+            out[r] = given[_sender(plan, r)]
         elif kind == "broadcast":
             out[r] = given[root]
         elif kind == "reduce" and r == root:
             out[r] = total
     return out
+
+
+def _sender(plan: dict[str, Any], r: int) -> int:
+    """Who sends to ``r`` in a sendrecv: the other GPU (two GPUs), else the GPU whose ops write r's result buffer
+    through a remote buffer (the plan does not say the DSL's ring of groups)."""
+    if len(plan["gpus"]) == 2:
+        return 1 - r
+    result = "i" if plan["inplace"] else "o"
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            refs = {t: [i for ref in tb.get("remote_buffer_refs", []) if ref["access_channel_type"] == t
+                        for i in ref["remote_buffer_ids"]] for t in ("memory", "port")}
+            for op in tb["ops"]:
+                for b in op.get("dst_buff", []):
+                    if "buffer_id" in b and op.get("channel_type") in refs:
+                        rb = g["remote_buffers"][refs[op["channel_type"]][b["buffer_id"]]]
+                        if rb["rank"] == r and rb["type"] == result:
+                            return int(g["id"])
+    raise ValueError(f"no gpu writes gpu {r}'s result")
 
 
 class _Run:

@@ -15,8 +15,10 @@ collsched buffer (its *home*) at a fixed offset, and the collective's ends are j
 - all-to-all in place: the home is the input; the postlude copies all of it to the output;
 - all-reduce, broadcast and reduce out of place (collsched's are in place): the plan's output lives in a
   scratch region of its own, and the postlude copies it onto the input;
-- ``sendrecv`` (two ranks, each sends its input to the other's output) is collsched's all-to-allv with the
-  traffic matrix [[0, C], [C, 0]]; in place, its home is the input and the postlude copies it to the output;
+- ``sendrecv`` (each rank sends its input to one other's output: two ranks to each other, or around the
+  ring of groups of MSCCL++'s multi-node send_recv.py) is collsched's all-to-allv whose traffic matrix has C
+  from each sender to its receiver (``_senders``); in place, its home is the input and the postlude copies it
+  to the output; a broadcast or reduce that names no root takes the one the writes point at (``_root``);
 - ``test`` (the DSL's op-level unit plans, no postcondition) reads as a ``custom:`` all-reduce-shaped
   schedule, for simulation only: ``i`` is the input, ``o`` a scratch region.
 
@@ -77,7 +79,7 @@ class Layout:
               where: str) -> tuple[Buf, int, int]:
         """The collsched (buffer, index, count) of chunks [index, index + size) of (rank, space), the part
         ``tbg`` (tb_id, tbg_size) takes of them; ``ScheduleError`` naming ``where`` when out of range."""
-        have = self.size(rank, space)
+        have = self.sizes[(rank, space[-1])]
         if index + size > have:
             raise ScheduleError(f"{where}: index {index} size {size} out of range for gpu {rank} "
                                 f"{_SPACE_NAME[space]} of {have} chunks")
@@ -159,11 +161,14 @@ def layout_of(plan: ExecutionPlan) -> Layout:
                 raise ScheduleError(f"gpu {g.id}: {what} is {got}, but {how} {kind} of {p} gpus with {total} input "
                                     f"chunks has {want}")
     if kind == "sendrecv":
-        if p != 2:
-            raise ScheduleError(f"plan: a sendrecv is between 2 gpus, this one has {p}")
-        coll = Collective(Kind.ALLTOALLV, 2, matrix=((0, c * refine), (c * refine, 0)))
+        src = _senders(plan)
+        n = c * refine
+        coll = Collective(Kind.ALLTOALLV, p, matrix=tuple(tuple(n if src[q] == r else 0 for q in range(p))
+                                                          for r in range(p)))
     else:
         rooted = kind in ("broadcast", "reduce")
+        if rooted and root is None:
+            root = _root(plan, kind)
         coll = Collective(Kind(kind), p, c * refine, root=(root or 0) if rooted else None)
     lay = Layout(coll, plan.name or "mscclpp", refine, c, sizes, {}, scratch * refine)
     lay.home["s"] = (Buf.SCRATCH, 0)
@@ -194,6 +199,58 @@ def layout_of(plan: ExecutionPlan) -> Layout:
             ranks = range(p) if kind != "reduce" else [coll.root or 0]
             lay.postlude = [Transfer(r, r, Buf.SCRATCH, at, Buf.INPUT, 0, n) for r in ranks]
     return lay
+
+
+def _writes(plan: ExecutionPlan) -> list[tuple[int, int, Buf]]:
+    """(writer gpu, owner gpu, buffer) of every range an op writes (a ``get`` writes where it reads from too:
+    listed as written by its source's owner, the GPU the data comes from)."""
+    out: list[tuple[int, int, Buf]] = []
+    for op in _ops(plan):
+        if op.name == "get":
+            out.extend((s.rank, op.gpu, d.buf) for s, d in zip(op.src, op.dst, strict=False))
+        else:
+            out.extend((op.gpu, d.rank, d.buf) for d in op.dst for _ in [0] if d.via != "switch")
+    return out
+
+
+def _senders(plan: ExecutionPlan) -> list[int]:
+    """For a ``sendrecv``, the GPU each GPU receives from: the one other GPU that writes its result buffer (two
+    GPUs: each other). MSCCL++'s DSL shifts data around a ring of groups (its multi_node/send_recv.py); the
+    plan does not say how, so the reader takes it from the writes (``ScheduleError`` when they do not make a
+    permutation: each GPU receiving from one other and sending to one other)."""
+    p = len(plan.gpus)
+    if p == 2:
+        return [1, 0]
+    result = Buf.INPUT if plan.inplace else Buf.OUTPUT
+    src: list[set[int]] = [set() for _ in range(p)]
+    for writer, owner, buf in _writes(plan):
+        if writer != owner and buf is result:
+            src[owner].add(writer)
+    if any(len(s) != 1 for s in src) or sorted(next(iter(s)) for s in src) != list(range(p)):
+        raise ScheduleError(f"plan: a sendrecv of {p} gpus whose remote writes into the result buffers do not say "
+                            "who sends to whom (each gpu must receive from one other and send to one other)")
+    return [next(iter(s)) for s in src]
+
+
+def _root(plan: ExecutionPlan, kind: str) -> int:
+    """The root of a broadcast or reduce plan that names none (the DSL writes no ``root``): for a broadcast the
+    one GPU no data flows into, for a reduce the one GPU no data flows out of; else 0."""
+    into: set[int] = set()
+    out_of: set[int] = set()
+    for op in _ops(plan):
+        for b in op.src:
+            for q in (b.group if b.via == "switch" else (b.rank,)):
+                if q != op.gpu:
+                    into.add(op.gpu)
+                    out_of.add(q)
+        for b in op.dst:
+            for q in (b.group if b.via == "switch" else (b.rank,)):
+                if q != op.gpu:
+                    into.add(q)
+                    out_of.add(op.gpu)
+    quiet = out_of if kind == "reduce" else into
+    pick = [g.id for g in plan.gpus if g.id not in quiet]
+    return pick[0] if len(pick) == 1 else 0
 
 
 def plain_space(buf: Buf) -> str:

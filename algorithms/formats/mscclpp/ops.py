@@ -28,6 +28,7 @@ copies the first source there, then adds the rest, then sends the sum).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from algorithms.errors import ScheduleError
 from algorithms.formats.mscclpp.buffers import PACKET
@@ -43,14 +44,13 @@ PROXY_OPS = frozenset({"put", "pws", "pwsf", "ppkt"})
 """Ops a port channel's proxy carries out (when their channel_type is port)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Ref:
+class Ref(NamedTuple):
     """A range of the plan: ``size`` chunks of (rank, space) from ``index`` (space ``i``/``o``/``s``, or a
-    packet space ``pi``/``po``/``ps``)."""
+    packet space ``pi``/``po``/``ps``). A NamedTuple: plans hold many of them."""
 
     rank: int
     space: str
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, as Transfer's count does tuple.count
     size: int
 
     def text(self) -> str:

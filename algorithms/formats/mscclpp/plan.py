@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from algorithms.errors import ScheduleError
 from algorithms.ir import Buf
@@ -41,6 +41,7 @@ OP_NAMES = frozenset({
 SYNC_OPS = frozenset({"signal", "wait", "rlxsignal", "rlxwait"})
 _CHANNEL_TYPES = ("memory", "port", "switch", "none")
 _HEAD = 1 << 16
+_MISSING: Any = object()
 
 
 def looks_like_plan(text: str | bytes) -> bool:
@@ -53,15 +54,14 @@ def looks_like_plan(text: str | bytes) -> bool:
             and re.search(r'"format"\s*:\s*"collsched', head) is None)
 
 
-@dataclass(frozen=True, slots=True)
-class PlanBuffer:
+class PlanBuffer(NamedTuple):
     """One buffer range an op names, resolved: whose buffer (``rank``, ``buf``), from chunk ``index``, ``size``
     chunks; ``via`` is ``local``, ``memory``/``port`` (a remote buffer) or ``switch``; a switch range names
-    every rank of the switch channel's group (``group``)."""
+    every rank of the switch channel's group (``group``). A NamedTuple: plans hold many of them."""
 
     rank: int
     buf: Buf
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, as Transfer's count does tuple.count
     size: int
     via: str
     group: tuple[int, ...] = ()
@@ -125,6 +125,10 @@ class ExecutionPlan:
 
 
 def _field(obj: Any, key: str, where: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    if obj.__class__ is dict:  # the common case first: a present value of the right plain type
+        got = obj.get(key, _MISSING)
+        if got.__class__ is kind and (kind is not int or _nonnegative(got)):
+            return got
     if not isinstance(obj, dict):
         raise ScheduleError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     if key not in obj:
@@ -140,6 +144,10 @@ def _field(obj: Any, key: str, where: str, kind: type | tuple[type, ...], defaul
     if ints and isinstance(value, int) and value < 0:
         raise ScheduleError(f"{where}: field {key!r} must be >= 0, got {value}")
     return value
+
+
+def _nonnegative(value: Any) -> bool:
+    return bool(value >= 0)
 
 
 def _name(kind: type | tuple[type, ...]) -> str:

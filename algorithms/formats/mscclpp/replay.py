@@ -172,12 +172,17 @@ class _Run:
         self.events: list[Event] = []
         self.problems: list[Problem] = []
         self.raced: set[tuple[str, ...]] = set()
+        self._slots: dict[Any, list[Slot]] = {}
 
     # ---------------------------------------------------------------- helpers
 
     def slots(self, ref: Ref, op: PlanOp, side: str) -> list[Slot]:
-        buf, start, n = self.layout.slots(ref.rank, ref.space, ref.index, ref.size, op.tbg, f"{op.where} {side}")
-        return [(ref.rank, buf, i) for i in range(start, start + n)]
+        key: Any = ref if op.tbg is None else (ref, op.tbg)
+        got = self._slots.get(key)
+        if got is None:
+            buf, start, n = self.layout.slots(ref.rank, ref.space, ref.index, ref.size, op.tbg, f"{op.where} {side}")
+            got = self._slots[key] = [(ref.rank, buf, i) for i in range(start, start + n)]
+        return got
 
     def enqueue(self, tid: int) -> None:
         if tid not in self.queued:
@@ -196,9 +201,14 @@ class _Run:
         return (b.gpu, peer, op.channel_type, k) if sending else (peer, b.gpu, op.channel_type, k)
 
     def post(self, key: tuple[int, int, str, int], know: Know, op: PlanOp) -> None:
-        self.signals.setdefault(key, deque()).append((know, op))
-        self.senders.setdefault(key, {})[op.where] = op
-        self.wake(("sig", key))
+        queue = self.signals.get(key)
+        if queue is None:
+            queue = self.signals[key] = deque()
+            self.senders[key] = {}
+        queue.append((know, op))
+        self.senders[key][op.where] = op
+        if self.waiting:
+            self.wake(("sig", key))
 
     def send(self, b: _Block, op: PlanOp, relaxed: bool) -> None:
         for peer, k in op.channels:
@@ -307,8 +317,9 @@ class _Run:
         for r in writes:
             self.touch(self.slots(r, op, "dst_buff"), True, tid, epoch, know.vc, op)
         seen: dict[int, set[Slot]] = {}  # a phase's copies and stores: one slot twice is two writes racing
-        for phase, r in [(m.phase, m.dst) for m in effect.moves if m.op is Op.COPY] + [
-                (sm.phase, t) for sm in effect.switch for t in sm.targets]:
+        copies = [(m.phase, m.dst) for m in effect.moves if m.op is Op.COPY] + [
+            (sm.phase, t) for sm in effect.switch for t in sm.targets]
+        for phase, r in copies if len(copies) > 1 else ():
             slots = self.slots(r, op, "dst_buff")
             twice = seen.setdefault(phase, set()).intersection(slots)
             if twice:
@@ -347,8 +358,9 @@ class _Run:
             self.send(b, op, name == "rlxsignal")
         elif name in ("wait", "rlxwait"):
             keys = [self.channel(b, op, peer, k, False) for peer, k in op.channels]
+            single = len(set(keys)) == len(keys)
             for key in keys:
-                if len(self.signals.get(key, ())) < keys.count(key):
+                if len(self.signals.get(key, ())) < (1 if single else keys.count(key)):
                     self.block_on(b, ("sig", key))
                     return False
             for key in keys:

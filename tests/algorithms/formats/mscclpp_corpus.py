@@ -83,3 +83,24 @@ def split_across_blocks(plan: dict[str, Any], *, gpu: int, tb: int, op: int) -> 
     new["ops"] = [dict(barrier), second, dict(barrier)]
     g["threadblocks"].append(new)
     return out
+
+
+def ring_sendrecv_plan(p: int) -> dict[str, Any]:
+    """A ``sendrecv`` of ``p`` GPUs in the shape of MSCCL++'s multi_node/send_recv.py (one group a GPU): each
+    GPU signals the previous one, waits for the next one's signal, puts its input into the next one's output
+    with ``pws`` over a port channel, and waits for the previous one's."""
+    def gpu(r: int) -> dict[str, Any]:
+        ops = [{"name": "signal", "channel_ids": [1], "channel_type": "port"},
+               {"name": "wait", "channel_ids": [0], "channel_type": "port"}, {"name": "nop"},
+               {"name": "pws", "src_buff": [{"type": "i", "index": 0, "size": 1}],
+                "dst_buff": [{"buffer_id": 0, "index": 0, "size": 1}], "channel_ids": [0], "channel_type": "port"},
+               {"name": "wait", "channel_ids": [1], "channel_type": "port"}, {"name": "nop"}]
+        return {"id": r, "input_chunks": 1, "output_chunks": 1, "scratch_chunks": 0,
+                "channels": [{"channel_type": "port", "connected_to": [(r + 1) % p, (r - 1) % p]}],
+                "remote_buffers": [{"rank": (r + 1) % p, "type": "o", "access_channel_types": ["port"]}],
+                "semaphores": [],
+                "threadblocks": [{"id": 0, "ops": ops, "channels": [{"channel_type": "port", "channel_ids": [0, 1]}],
+                                  "remote_buffer_refs": [{"access_channel_type": "port", "remote_buffer_ids": [0]}]}]}
+
+    return {"name": "sendrecv", "collective": "sendrecv", "protocol": "Simple", "inplace": False,
+            "gpus": [gpu(r) for r in range(p)]}

@@ -27,6 +27,7 @@ from tests.algorithms.formats.mscclpp_corpus import (
     UNITS,
     load,
     out_of_place_allgather,
+    ring_sendrecv_plan,
     sendrecv_plan,
     split_across_blocks,
 )
@@ -111,6 +112,16 @@ def test_sendrecv_is_a_two_rank_all_to_allv_in_place_or_not() -> None:
         s = from_plan(sendrecv_plan(inplace))
         assert s.collective.kind is Kind.ALLTOALLV and s.collective.matrix == ((0, 1), (1, 0))
         assert verify(s).ok, inplace
+
+
+def test_a_multi_node_sendrecv_shifts_around_a_ring() -> None:
+    plan = ring_sendrecv_plan(4)  # gpu r sends to r + 1: the matrix's one entry a row
+    s = from_plan(plan)
+    assert s.collective.matrix == ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0))
+    assert verify_plan(plan).ok and outcome_changed(plan, seeds=3) is None
+    plan["gpus"][2]["threadblocks"][0]["ops"][3]["name"] = "put"  # its signal dropped: gpu 3's wait starves
+    report = verify_plan(plan)
+    assert report.findings[0].kind == "deadlock" and "gpu 3 threadblock 0 op 4" in report.ops
 
 
 def test_multi_node_plans_and_an_out_of_place_copy_verify() -> None:
@@ -212,3 +223,14 @@ def test_the_corpus_holds_every_op_family_the_issue_names() -> None:
     names = {n for name in COLLECTIVES + UNITS for n in _names(load(name))}
     assert {"ppkt", "rppkt", "upkt", "cpkt", "respkt", "gstorepkt", "rres", "pipeline", "barrier", "sem_acquire",
             "sem_release", "pws", "pwsf", "flush", "glres", "gstore", "get"} <= names
+
+
+@pytest.mark.parametrize("kind", ("broadcast", "reduce"))
+def test_a_rooted_plan_without_a_root_takes_the_one_its_writes_point_at(kind: str) -> None:
+    from algorithms import build
+    from algorithms.formats.mscclpp import to_plan
+
+    plan = to_plan(build(kind, "binomial", 4, root=2))
+    del plan["root"]  # MSCCL++'s DSL writes none
+    s = from_plan(plan)
+    assert s.collective.root == 2 and verify(s).ok
