@@ -1,5 +1,5 @@
 """The Swing paper's algorithms (De Sensi, Bonato, Saam & Hoefler, NSDI 2024): latency-optimal Swing, recursive
-doubling and Rabenseifner in torus-distance order.
+doubling and Rabenseifner in torus-distance order, the synchronized bucket.
 
 Correct at many sizes, square or not, with any number of ports; the peers, hops and links the paper
 describes; and the simulated time against the paper's model written out by hand: 400 Gb/s links, 100 ns of
@@ -71,12 +71,29 @@ def test_awkward_world_sizes_are_served_on_the_default_grid(name: str, p: int) -
     assert_verified(build(name, p, chunks=2))
 
 
+BUCKET_GRIDS = ["4x4", "3x5", "5x3", "16x4", "4x16", "1x7", "2x3x4", "3x1x3", "2x2x2x2", "7x2"]
+
+
+@pytest.mark.parametrize("dims", BUCKET_GRIDS)
+def test_the_synchronized_bucket_is_correct_for_any_number_of_parts(dims: str) -> None:
+    for ports in (0, 1, 2, 3, 7):
+        assert_verified(build("torus_bucket", ranks(dims), dims=dims, ports=ports, chunks=2, phases="synchronized"))
+
+
 @settings(max_examples=25, deadline=None)
 @given(name=st.sampled_from(TORUS), sizes=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3),
        ports=st.integers(0, 7), chunks=st.integers(1, 3))
 def test_any_power_of_two_torus_any_ports_any_chunks(name: str, sizes: list[int], ports: int, chunks: int) -> None:
     dims = "x".join(map(str, sizes))
     assert_verified(build(name, math.prod(sizes), dims=dims, ports=ports, chunks=chunks))
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=3), ports=st.integers(0, 7), chunks=st.integers(1, 2))
+def test_any_torus_synchronized_bucket(sizes: list[int], ports: int, chunks: int) -> None:
+    dims = "x".join(map(str, sizes))
+    assert_verified(build("torus_bucket", math.prod(sizes), dims=dims, ports=ports, chunks=chunks,
+                          phases="synchronized"))
 
 
 # --- what the paper describes ------------------------------------------------------------------------
@@ -128,6 +145,25 @@ def test_rabenseifner_in_torus_distance_order_sends_its_largest_blocks_one_hop()
     assert all(m == {2, 6} for m in moves.values())
 
 
+def test_the_synchronized_bucket_changes_dimension_all_at_once() -> None:
+    def network_steps(s: Schedule) -> int:
+        return sum(any(t.src != t.dst for t in step.transfers) for step in s.steps)
+
+    # torus:16x4, 4 parts: each of the 4 phases as long as the 16-ring, 4·15 = 60 steps; independently 2(15 + 3).
+    assert network_steps(build("torus_bucket", 64, dims="16x4", phases="synchronized")) == 60
+    assert network_steps(build("torus_bucket", 64, dims="16x4")) == 36
+    # The closed form (checked against the schedules to 64 ranks in test_library_costs.py) on the paper's tori.
+    cost = registry.get("allreduce", "torus_bucket").cost
+    assert cost is not None
+
+    def steps(dims: str, phases: str) -> float:
+        params: Any = {"dims": dims, "ports": 0, "phases": phases, "chunks": 1}  # texts among the integers
+        return cost.steps(ranks(dims), 32, params)
+
+    assert [steps(d, "synchronized") for d in ("64x16", "128x8", "256x4", "8x8x8", "8x8")] == [252, 508, 1020, 42, 28]
+    assert [steps(d, "independent") for d in ("64x16", "128x8", "256x4", "8x8x8", "8x8")] == [156, 268, 516, 42, 28]
+
+
 # --- the paper's model, by hand ------------------------------------------------------------------------
 
 
@@ -148,17 +184,22 @@ def hand_32b(name: str, dims: str) -> float:
         return sum(OVERHEAD + h * HOP for q in qs for h in _doubling_hops(q))
     if name == "rabenseifner_torus":  # the halving and the doubling back
         return 2 * sum(OVERHEAD + h * HOP for q in qs for h in _doubling_hops(q))
+    if name == "torus_bucket":  # synchronized: 2·D phases of max q - 1 one-hop steps
+        return 2 * len(qs) * (max(qs) - 1) * (OVERHEAD + HOP)
     raise AssertionError(name)
 
 
 CASES_32B = [(n, d) for n in TORUS for d in ("8x8", "16x4", "4x4x4")] + [
     ("swing_torus_latency_optimal", "64x16"), ("recursive_doubling_torus", "64x16"),
+    ("torus_bucket", "8x8"), ("torus_bucket", "16x4"), ("torus_bucket", "4x4x4"),
 ]
 
 
 @pytest.mark.parametrize(("name", "dims"), CASES_32B)
 def test_32_bytes_as_the_paper_models_it(name: str, dims: str) -> None:
     params: dict[str, str] = {"dims": dims}
+    if name == "torus_bucket":
+        params["phases"] = "synchronized"
     r = simulate(build(name, ranks(dims), **params), paper_torus(dims), 32, overhead=OVERHEAD)
     assert r.ok
     assert r.time == pytest.approx(hand_32b(name, dims), rel=1e-3)
