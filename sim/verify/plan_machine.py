@@ -268,12 +268,18 @@ class _Run:
                 d = one(b, packet)
                 out.append(((d[0], "ps", d[2]) if packet else d, value))
             return out
-        if name == "glres":
-            value = np.sum([self._read(k) for k in self._where(t, op, src[0])], axis=0)
-            return [(k, value) for k in self._where(t, op, dst[0])]
+        if name == "glres":  # pair by pair (the DSL fuses several)
+            pairs: list[tuple[tuple[int, str, slice], np.ndarray]] = []
+            for sb, db in zip(src, dst, strict=True):
+                value = np.sum([self._read(k) for k in self._where(t, op, sb)], axis=0)
+                pairs.extend((k, value) for k in self._where(t, op, db))
+            return pairs
         if name in ("gstore", "gstorepkt"):
-            value = self._read(one(src[0], name == "gstorepkt"))
-            return [(k, value) for k in self._where(t, op, dst[0], name == "gstorepkt")]
+            pairs = []
+            for sb, db in zip(src, dst, strict=True):
+                value = self._read(one(sb, name == "gstorepkt"))
+                pairs.extend((k, value) for k in self._where(t, op, db, name == "gstorepkt"))
+            return pairs
         raise AssertionError(f"the machine does not know op {name!r}")
 
     # ------------------------------------------------------------ thread blocks

@@ -213,22 +213,22 @@ def effect_of(op: PlanOp) -> Effect:
         moves = _pairs(op, srcs, [_ref(b) for b in dst])
     elif name in ("glres", "gstore", "gstorepkt"):
         moves = []
-        _need(op, len(src) == 1 and len(dst) == 1 and dst[0].via == "switch",
-              "needs one src_buff and one dst_buff range on a switch channel")
-        s, d = src[0], dst[0]
-        _need(op, s.size == d.size, f"src_buff size {s.size} and dst_buff size {d.size} differ")
+        _need(op, len(src) == len(dst) > 0 and all(d.via == "switch" for d in dst),
+              "needs src_buff and dst_buff ranges in pairs, the destinations on switch channels")
         packet = name == "gstorepkt"
-        targets = tuple(Ref(m, PACKET[_LETTER[d.buf]] if packet else _LETTER[d.buf], d.index, d.size)
-                        for m in d.group)
-        if name == "glres":
-            _need(op, s.via == "switch", "reads through a switch channel (src_buff switch_channel_id)")
-            sources = tuple(Ref(m, _LETTER[s.buf], s.index, s.size) for m in s.group)
-        else:
-            _need(op, s.via == "local", "stores a local range (src_buff type)")
-            sources = (_ref(s, packet=packet),)
-            if packet:
-                packet_reads.extend(sources)
-        switch.append(SwitchMove(name == "glres", sources, targets, 0))
+        for s, d in zip(src, dst, strict=True):  # the DSL fuses several into one op: pair by pair
+            _need(op, s.size == d.size, f"src_buff size {s.size} and dst_buff size {d.size} differ")
+            targets = tuple(Ref(m, PACKET[_LETTER[d.buf]] if packet else _LETTER[d.buf], d.index, d.size)
+                            for m in d.group)
+            if name == "glres":
+                _need(op, s.via == "switch", "reads through a switch channel (src_buff switch_channel_id)")
+                sources = tuple(Ref(m, _LETTER[s.buf], s.index, s.size) for m in s.group)
+            else:
+                _need(op, s.via == "local", "stores a local range (src_buff type)")
+                sources = (_ref(s, packet=packet),)
+                if packet:
+                    packet_reads.extend(sources)
+            switch.append(SwitchMove(name == "glres", sources, targets, 0))
     else:
         raise ScheduleError(f"{op.where}: {name} moves no data")
     return Effect(tuple(moves), tuple(switch), tuple(packet_reads), phases)

@@ -234,3 +234,28 @@ def test_a_rooted_plan_without_a_root_takes_the_one_its_writes_point_at(kind: st
     del plan["root"]  # MSCCL++'s DSL writes none
     s = from_plan(plan)
     assert s.collective.root == 2 and verify(s).ok
+
+
+def test_a_fused_switch_op_moves_each_of_its_pairs() -> None:
+    # One glres with two (src, dst) pairs, as the DSL writes fused multimem ops (GroupLoadReduceStore).
+    def gpu(r: int) -> dict[str, Any]:
+        pair = [{"switch_channel_id": 0, "index": k, "size": 1} for k in (0, 1)]
+        ops = [{"name": "nop"}, {"name": "signal", "channel_ids": [0], "channel_type": "memory"},
+               {"name": "wait", "channel_ids": [0], "channel_type": "memory"}, {"name": "nop"}]
+        if r == 0:
+            ops += [{"name": "glres", "src_buff": pair, "dst_buff": pair, "channel_type": "switch",
+                     "reduce_op": "sum"}, {"name": "nop"}]
+        ops += [{"name": "signal", "channel_ids": [0], "channel_type": "memory"},
+                {"name": "wait", "channel_ids": [0], "channel_type": "memory"}, {"name": "nop"}]
+        return {"id": r, "input_chunks": 2, "output_chunks": 2, "scratch_chunks": 0, "remote_buffers": [],
+                "channels": [{"channel_type": "memory", "connected_to": [1 - r]},
+                             {"channel_type": "switch", "buffer_type": "i",
+                              "rank_groups": [{"size": 2, "ranks": [0, 1]}]}],
+                "threadblocks": [{"id": 0, "ops": ops, "channels": [{"channel_type": "memory", "channel_ids": [0]},
+                                                                    {"channel_type": "switch", "channel_ids": [0]}]}]}
+
+    plan = {"name": "fused", "collective": "allreduce", "protocol": "Simple", "inplace": True,
+            "gpus": [gpu(0), gpu(1)]}
+    s = from_plan(plan)
+    assert len(s.switch_ops) == 2 and verify(s).ok
+    assert outcome_changed(plan, seeds=3) is None
