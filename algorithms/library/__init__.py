@@ -3,7 +3,7 @@
 Importing this package registers every built-in algorithm with ``algorithms.registry``;
 ``fold`` holds the power-of-two arithmetic the recursive algorithms share; ``compose`` the
 per-dimension composition (grids, lines, embedding 1-D schedules) that ``swing``, ``torus`` and
-``torus_doubling`` use. Users reach the
+``torus_doubling`` use; ``hamiltonian`` the rings on a torus's edge-disjoint Hamiltonian cycles. Users reach the
 algorithms through the registry (``registry.get(kind, name)``), not through these modules.
 """
 
@@ -15,6 +15,7 @@ from algorithms.library import (
     barrier,
     broadcast,
     gather,
+    hamiltonian,
     innetwork,
     nccl,
     pat,
@@ -26,5 +27,5 @@ from algorithms.library import (
     torus_doubling,
 )
 
-__all__ = ["allgather", "allreduce", "alltoall", "alltoallv", "barrier", "broadcast", "gather", "innetwork",
-           "nccl", "pat", "reduce", "reducescatter", "scatter", "swing", "torus", "torus_doubling"]
+__all__ = ["allgather", "allreduce", "alltoall", "alltoallv", "barrier", "broadcast", "gather", "hamiltonian",
+           "innetwork", "nccl", "pat", "reduce", "reducescatter", "scatter", "swing", "torus", "torus_doubling"]

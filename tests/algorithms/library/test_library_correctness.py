@@ -18,7 +18,7 @@ from sim.verify.verifier import verify
 
 ALGORITHMS = [(a.kind.value, a.name) for a in registry.algorithms()]
 TORUS_ALGORITHMS = {"swing_torus", "torus_bucket", "swing_torus_latency_optimal", "rabenseifner_torus",
-                    "recursive_doubling_torus"}
+                    "recursive_doubling_torus", "hamiltonian_rings"}
 
 
 def instances(kind: str, name: str, max_ranks: int = 64) -> st.SearchStrategy[Schedule]:

@@ -22,7 +22,7 @@ def test_every_family_is_registered() -> None:
         "allreduce": {"ring", "recursive_doubling", "rabenseifner", "binomial", "double_binary_tree", "direct",
                       "hierarchical", "swing", "swing_torus", "torus_bucket", "nccl_ring", "nccl_tree",
                       "swing_latency_optimal", "swing_torus_latency_optimal", "rabenseifner_torus",
-                      "recursive_doubling_torus"},
+                      "recursive_doubling_torus", "hamiltonian_rings"},
         "allgather": {"ring", "recursive_doubling", "bruck", "direct", "nccl_ring", "pat"},
         "reducescatter": {"ring", "recursive_halving", "direct", "nccl_ring", "pat"},
         "broadcast": {"binomial", "binary_tree", "chain", "linear", "scatter_allgather", "nccl_ring"},

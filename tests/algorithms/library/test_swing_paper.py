@@ -1,5 +1,5 @@
 """The Swing paper's algorithms (De Sensi, Bonato, Saam & Hoefler, NSDI 2024): latency-optimal Swing, recursive
-doubling and Rabenseifner in torus-distance order, the synchronized bucket.
+doubling and Rabenseifner in torus-distance order, the synchronized bucket and the Hamiltonian rings.
 
 Correct at many sizes, square or not, with any number of ports; the peers, hops and links the paper
 describes; and the simulated time against the paper's model written out by hand: 400 Gb/s links, 100 ns of
@@ -18,8 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms import registry
+from algorithms.errors import ScheduleError
 from algorithms.ir import Schedule
 from algorithms.library.compose import Grid
+from algorithms.library.hamiltonian import hamiltonian_cycles
 from algorithms.library.swing import rho
 from sim.engine import simulate
 from sim.topology import Topology, from_spec
@@ -65,7 +67,7 @@ def test_torus_variants_are_correct_on_square_and_lopsided_grids(name: str, dims
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 5, 6, 12, 13, 24, 31, 33, 48, 63])
-@pytest.mark.parametrize("name", TORUS)
+@pytest.mark.parametrize("name", [*TORUS, "hamiltonian_rings"])
 def test_awkward_world_sizes_are_served_on_the_default_grid(name: str, p: int) -> None:
     # Not a power of two: the torus variants fold the extra ranks in; the rings fall back to a ring of p.
     assert_verified(build(name, p, chunks=2))
@@ -78,6 +80,15 @@ BUCKET_GRIDS = ["4x4", "3x5", "5x3", "16x4", "4x16", "1x7", "2x3x4", "3x1x3", "2
 def test_the_synchronized_bucket_is_correct_for_any_number_of_parts(dims: str) -> None:
     for ports in (0, 1, 2, 3, 7):
         assert_verified(build("torus_bucket", ranks(dims), dims=dims, ports=ports, chunks=2, phases="synchronized"))
+
+
+RING_GRIDS = ["3x3", "4x4", "8x8", "9x3", "3x9", "16x4", "4x16", "15x3", "1x8x1x8", "5", "2", "1"]
+
+
+@pytest.mark.parametrize("dims", RING_GRIDS)
+def test_hamiltonian_rings_are_correct(dims: str) -> None:
+    for ports in (0, 1, 3):
+        assert_verified(build("hamiltonian_rings", ranks(dims), dims=dims, ports=ports, chunks=2))
 
 
 @settings(max_examples=25, deadline=None)
@@ -94,6 +105,31 @@ def test_any_torus_synchronized_bucket(sizes: list[int], ports: int, chunks: int
     dims = "x".join(map(str, sizes))
     assert_verified(build("torus_bucket", math.prod(sizes), dims=dims, ports=ports, chunks=chunks,
                           phases="synchronized"))
+
+
+@settings(max_examples=20, deadline=None)
+@given(small=st.integers(3, 6), times=st.integers(1, 4), transpose=st.booleans(), ports=st.integers(0, 5))
+def test_any_grid_with_hamiltonian_cycles(small: int, times: int, transpose: bool, ports: int) -> None:
+    rows, cols = small * times, small
+    if transpose:
+        rows, cols = cols, rows
+    algo = registry.get("allreduce", "hamiltonian_rings")
+    params: Any = {"dims": f"{rows}x{cols}", "ports": ports}
+    served = algo.unsupported(rows * cols, params) is None
+    assert served == (math.gcd(small - 1, times) == 1)
+    if served:
+        assert_verified(algo.build(rows * cols, **params))
+
+
+def test_grids_the_rings_cannot_serve_are_refused() -> None:
+    algo = registry.get("allreduce", "hamiltonian_rings")
+    why: Any = lambda p, dims: algo.unsupported(p, {"dims": dims}) or ""  # noqa: E731
+    assert "1-D and 2-D tori only" in why(64, "4x4x4")
+    assert "no edge-disjoint Hamiltonian cycles" in why(18, "6x3")  # gcd(3 - 1, 2) = 2
+    assert "no edge-disjoint Hamiltonian cycles" in why(48, "4x12")  # gcd(3, 3) = 3
+    assert "no edge-disjoint Hamiltonian cycles" in why(20, "4x5")  # neither divides the other
+    assert "not 16" in why(16, "4x8")
+    assert why(64, "16x4") == "" and why(12, "") == ""  # 3x4 has none: a ring of 12, two ways round
 
 
 # --- what the paper describes ------------------------------------------------------------------------
@@ -164,6 +200,35 @@ def test_the_synchronized_bucket_changes_dimension_all_at_once() -> None:
     assert [steps(d, "independent") for d in ("64x16", "128x8", "256x4", "8x8x8", "8x8")] == [156, 268, 516, 42, 28]
 
 
+@pytest.mark.parametrize("dims", ["8x8", "64x16", "16x64", "128x8", "256x4", "64x64", "9x3"])
+def test_the_two_cycles_are_hamiltonian_and_edge_disjoint(dims: str) -> None:
+    g = Grid.parse(dims)
+    cycles = hamiltonian_cycles(g)
+    links: list[frozenset[int]] = []
+    for cyc in cycles:
+        assert sorted(cyc) == list(range(g.ranks))
+        for a, b in zip(cyc, cyc[1:] + cyc[:1], strict=True):
+            assert sum(_ring_hops(x - y, q) for x, y, q in zip(g.coords(a), g.coords(b), g.dims, strict=True)) == 1
+            links.append(frozenset((a, b)))
+    assert len(set(links)) == len(links) == 2 * g.ranks  # every link of the torus, once
+
+
+def test_four_rings_load_every_directed_link_of_torus_8x8_once_per_step() -> None:
+    torus_links = {(a, b) for a in range(64) for b in range(64) if _step_hops_pair(a, b) == 1}
+    for step in build("hamiltonian_rings", 64, dims="8x8").steps[:3]:
+        assert sorted((t.src, t.dst) for t in step.transfers) == sorted(torus_links)
+
+
+def _step_hops_pair(a: int, b: int) -> int:
+    g = Grid((8, 8))
+    return sum(_ring_hops(x - y, q) for x, y, q in zip(g.coords(a), g.coords(b), g.dims, strict=True))
+
+
+def test_constructions_outside_the_family_are_refused() -> None:
+    with pytest.raises(ScheduleError, match="1-D and 2-D"):
+        hamiltonian_cycles(Grid((8, 8, 8)))
+
+
 # --- the paper's model, by hand ------------------------------------------------------------------------
 
 
@@ -178,6 +243,7 @@ def _doubling_hops(q: int) -> list[int]:
 def hand_32b(name: str, dims: str) -> float:
     """The paper's model at 32 B: each step o plus its farthest message's hops at 400 ns (bytes left out)."""
     qs = [int(q) for q in dims.split("x") if int(q) > 1]
+    p = math.prod(qs)
     if name == "swing_torus_latency_optimal":  # log2 p steps, ρ's hops per dimension
         return sum(OVERHEAD + h * HOP for q in qs for h in _swing_hops(q))
     if name == "recursive_doubling_torus":  # log2 p steps, 2^t hops per dimension
@@ -186,12 +252,15 @@ def hand_32b(name: str, dims: str) -> float:
         return 2 * sum(OVERHEAD + h * HOP for q in qs for h in _doubling_hops(q))
     if name == "torus_bucket":  # synchronized: 2·D phases of max q - 1 one-hop steps
         return 2 * len(qs) * (max(qs) - 1) * (OVERHEAD + HOP)
+    if name == "hamiltonian_rings":  # 2(p - 1) one-hop steps
+        return 2 * (p - 1) * (OVERHEAD + HOP)
     raise AssertionError(name)
 
 
 CASES_32B = [(n, d) for n in TORUS for d in ("8x8", "16x4", "4x4x4")] + [
     ("swing_torus_latency_optimal", "64x16"), ("recursive_doubling_torus", "64x16"),
     ("torus_bucket", "8x8"), ("torus_bucket", "16x4"), ("torus_bucket", "4x4x4"),
+    ("hamiltonian_rings", "8x8"), ("hamiltonian_rings", "16x4"),
 ]
 
 
@@ -234,3 +303,9 @@ def test_512_mib_on_torus_8x8_by_hand() -> None:
     assert four == pytest.approx(2 * 1.5 * n / 4 / B + 28 * HOP, rel=1e-6)
     # The library's row-major Rabenseifner: 4/2 + 2/4 + 1/8 + 4/16 + 2/32 + 1/64 = 2.953125 deep.
     assert time("rabenseifner") == pytest.approx(2 * 2.953125 * n / B + 28 * HOP, rel=1e-6)
+    # Hamiltonian rings: 2(p-1) one-hop steps of n/(4p) on every directed link at once: about 5.3 ms; one ring 4x.
+    rings = time("hamiltonian_rings", dims="8x8")
+    assert rings == pytest.approx(2 * 63 / 64 * n / 4 / B + 126 * HOP, rel=1e-6)
+    assert rings == pytest.approx(5.3e-3, rel=0.01)
+    one_ring = time("hamiltonian_rings", dims="8x8", ports=1)
+    assert one_ring == pytest.approx(2 * 63 / 64 * n / B + 126 * HOP, rel=1e-6)
