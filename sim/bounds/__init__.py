@@ -19,7 +19,7 @@
 >>> round(b.bound_s * 1e3, 3)  # (p-1)/p * N over each rank's two in-links of 1 GB/s
 1.5
 >>> schedule = synthesize("allgather", topo)
->>> b.efficiency(simulate(schedule, topo, 4e6).time)
+>>> round(b.efficiency(simulate(schedule, topo, 4e6).time), 9)
 1.0
 """
 

@@ -673,7 +673,9 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
     if chunks is None and plain.num_transfers * DEEP <= SELECT_MAX_TRANSFERS:
         # Deeper pipelines: fill and drain cost less of the run (random 7-GPU graph allgather 98.5% -> 99.3%).
         candidates.append(emit(True, far, DEEP * c, DEEP * PIPELINE)[0])
-    times = [simulate(x, topology, SELECT_SIZE).time for x in candidates]
+    # Timed without dataflow's send order (in_flight 0): the pipelines interleave trees on a port across steps,
+    # for an executor that posts each transfer when its dependencies complete (the runner's dataflow one).
+    times = [simulate(x, topology, SELECT_SIZE, in_flight=0).time for x in candidates]
     return candidates[times.index(min(times))]
 
 

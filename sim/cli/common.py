@@ -308,6 +308,19 @@ def add_routing_arg(p: argparse.ArgumentParser) -> None:
                         "(x, then y, ...; sim.topology.routing.routed)")
 
 
+def in_flight_arg(text: str) -> int:
+    """--in-flight: an integer >= 0, or ``all`` (0: no send order)."""
+    if text.strip().lower() == "all":
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 or all, got {text!r}")
+    return n
+
+
 def add_network_args(p: argparse.ArgumentParser) -> None:
     add_routing_arg(p)
     p.add_argument("--topology", "-t", required=True, metavar="SPEC",
@@ -317,8 +330,13 @@ def add_network_args(p: argparse.ArgumentParser) -> None:
                         "effective figures (docs/design.md). A machine file (collsched calibrate) also sets "
                         "--overhead, --reduce-bw, --launch and --message-cpu unless they are given")
     p.add_argument("--mode", choices=("dataflow", "lockstep"), default="dataflow",
-                   help="dataflow: a transfer starts when its dependencies are done (default); "
+                   help="dataflow: a transfer starts when its dependencies are done, each rank sending and "
+                        "receiving its messages in schedule order on each port (--in-flight; default); "
                         "lockstep: a step starts when the previous one is done")
+    p.add_argument("--in-flight", type=in_flight_arg, metavar="N",
+                   help="dataflow's send order: how many of its steps each rank's port may have in flight (1: "
+                        "a blocking send per step, as MPI's collectives, the default; 8: as NCCL's channels; "
+                        "0 or all: no order, every ready transfer starts at once and shares the port)")
     p.add_argument("--bandwidth", metavar="BW", help="set every link's bandwidth, e.g. 50GB/s")
     p.add_argument("--latency", metavar="T", help="set every link's latency, e.g. 1us")
     p.add_argument("--overhead", metavar="T", help="per-message endpoint overhead, e.g. 2us (default 0)")
@@ -428,8 +446,9 @@ def _check_part(args: argparse.Namespace, p: int, whole: int) -> None:
 def engine_options(args: argparse.Namespace, *, progress: bool | None = None) -> EngineOptions:
     """The run's ``EngineOptions``, built once from the flags and handed whole to the engine: the topology's
     machine (a machine file's or a preset's, ``sim.machine.model.engine_for``) with --mode, the faults, --engine,
-    the progress bar (``progress``, else unless --no-progress) and each of --overhead, --reduce-bw, --launch and
-    --message-cpu that is given. The value checks itself: a field it refuses is a ``SimulationError`` naming it."""
+    the progress bar (``progress``, else unless --no-progress) and each of --overhead, --reduce-bw, --launch,
+    --message-cpu and --in-flight that is given. The value checks itself: a field it refuses is a
+    ``SimulationError`` naming it."""
     from sim.machine.model import engine_for
 
     given: dict[str, Any] = {}
@@ -441,6 +460,8 @@ def engine_options(args: argparse.Namespace, *, progress: bool | None = None) ->
         given["launch"] = parse_duration(args.launch, "--launch")
     if args.message_cpu is not None:
         given["message_cpu"] = parse_duration(args.message_cpu, "--message-cpu")
+    if getattr(args, "in_flight", None) is not None:
+        given["in_flight"] = args.in_flight
     return engine_for(args.topology).replace(
         mode=args.mode, faults=faults_from_args(args), engine=args.engine,
         progress=not args.no_progress if progress is None else progress, **given)

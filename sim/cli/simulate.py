@@ -69,6 +69,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     result, runtime_line, ran = run_schedule(args, schedule, topo, size, opts)
     wall = time.perf_counter() - t0
+    lockstep = _lockstep_beside(args, schedule, topo, size, opts, result, wall)
     _write_outputs(result, args)
     from sim.topology.placement import stretched_pairs
 
@@ -82,11 +83,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         eff |= {"lp_bound_s": lp.bound_s, "lp_efficiency": lp.efficiency(result.time)}
     if args.json:
         print(json.dumps({**result.to_dict(), "wall_s": wall, "peak_rss_MiB": peak_rss_mib(),
-                          "stretched_pairs": [list(t) for t in stretched], **eff}))
+                          "stretched_pairs": [list(t) for t in stretched], **eff,
+                          "lockstep_s": lockstep, "modes_differ": _modes_differ(result.time, lockstep)}))
     else:
         _print_result(result, schedule, wall, args, ran)
         if runtime_line:
             print(runtime_line)
+        if _modes_differ(result.time, lockstep):
+            assert lockstep is not None
+            print(f"  modes      dataflow {human_time(result.time)}, lockstep {human_time(lockstep)} "
+                  f"(lockstep / dataflow {lockstep / result.time if result.time > 0 else float('inf'):.3g}): "
+                  f"they differ by more than {100 * MODES_DIFFER:.0f}%; docs/usage.md, \"Dataflow or lockstep\", "
+                  "says which models what")
         if b is not None:
             print(f"  bound      {human_time(b.bound_s)} (`collsched bound`), efficiency "
                   f"{100 * b.efficiency(result.time):.1f}%")
@@ -99,6 +107,35 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if schedule.name.startswith("custom:"):  # an MSCCL-IR custom program: timing only, no postcondition
         return 0
     return 0 if result.ok else 1
+
+
+MODES_DIFFER = 0.10
+"""How far apart (relative) dataflow and lockstep must be for ``simulate`` to say so."""
+
+LOCKSTEP_BESIDE = 100_000
+"""Most transfers for which ``simulate`` also runs lockstep beside a dataflow run (and only when the dataflow run
+took under ``LOCKSTEP_BESIDE_S``)."""
+
+LOCKSTEP_BESIDE_S = 5.0
+
+
+def _lockstep_beside(args: argparse.Namespace, schedule: Schedule, topo: Any, size: float, opts: EngineOptions,
+                     result: Any, wall: float) -> float | None:
+    """The lockstep time beside a dataflow run, when that is cheap (``LOCKSTEP_BESIDE``), else None."""
+    if opts.mode != "dataflow" or schedule.num_transfers > LOCKSTEP_BESIDE or wall > LOCKSTEP_BESIDE_S:
+        return None
+    from sim.cli.runtime import run_schedule
+
+    other, _line, _ran = run_schedule(args, schedule, topo, size, opts.replace(mode="lockstep", progress=False))
+    return float(other.time)
+
+
+def _modes_differ(dataflow: float, lockstep: float | None) -> bool:
+    """Whether the two times differ by more than ``MODES_DIFFER`` of the smaller."""
+    if lockstep is None:
+        return False
+    low = min(dataflow, lockstep)
+    return abs(dataflow - lockstep) > MODES_DIFFER * low if low > 0 else dataflow != lockstep
 
 
 def _lp_of(schedule: Any, topo: Any, size: float) -> Any:
@@ -219,6 +256,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--trace", metavar="F.json", help="write a Chrome/Perfetto trace")
     p.add_argument("--plot", metavar="F.png", help="write a timeline plot")
     add_common_args(p, json_help='print {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "engine", '
-                                 '"wall_s", "peak_rss_MiB"}')
+                                 '"wall_s", "peak_rss_MiB", "lockstep_s" (dataflow runs of up to '
+                                 f'{LOCKSTEP_BESIDE:,} transfers, else null), "modes_differ" (by more than '
+                                 f'{100 * MODES_DIFFER:.0f}%%)}}')
     dash_values(p)
     p.set_defaults(func=_cmd_simulate, guard=guard_library_args)

@@ -1,7 +1,8 @@
 """A vectorised engine: the simpy engine's times without a Python event per transfer.
 
 Same model as ``sim.engine.reference`` (docs/design.md, "The simulator"): a transfer starts
-(lockstep: when its step starts; dataflow: when its dependencies have ended),
+(lockstep: when its step starts; dataflow: when its dependencies have ended and its ports' send
+order lets it, ``sim.engine.ports``),
 waits its pre-delay (endpoint overhead, stragglers), streams its bytes as a
 flow over its route, waits the route's latency, reduces at the destination
 (a flow on the rank's reducer) and ends; the flows share links max-min fairly
@@ -36,6 +37,7 @@ import numpy as np
 
 from algorithms.ir import BUFS, Schedule
 from sim.engine.options import EngineOptions
+from sim.engine.ports import PortArrays, StepGates, ports
 from sim.topology import Topology
 from sim.verify.semantics import SlotLayout
 
@@ -323,8 +325,9 @@ class _Plan:
 class _Fluid:
     """One run: per-transfer arrays, a heap of timer batches, and the active flows as arrays."""
 
-    def __init__(self, schedule: Schedule, plan: _Plan, mode: str) -> None:
+    def __init__(self, schedule: Schedule, plan: _Plan, mode: str, gates: PortArrays | None = None) -> None:
         self.schedule = schedule
+        self.gates = gates  # dataflow's send order (sim.engine.ports); None: no queues
         self.mode = mode
         self.plan = plan
         self.offsets = plan.offsets
@@ -471,6 +474,9 @@ class _Fluid:
                 landed = np.concatenate([landed, sent[~later]])
                 sent = empty
             if len(landed):
+                if self.gates is not None:  # a message is delivered whole, when its last transfer lands
+                    landed, go = self.gates.landed(landed)
+                    starting = np.concatenate([starting, go])
                 rd = self.plan.reducer(landed, self.plan.nbytes(landed)) >= 0
                 if rd.any():
                     self._add_flows(now, landed[rd], True)
@@ -495,7 +501,10 @@ class _Fluid:
                         us, c = np.unique(dep[e], return_counts=True)
                         self.waiting[us] -= c
                         ready = us[self.waiting[us] == 0]
-                        starting = np.concatenate([starting, ready[ready < self.n]])
+                        go = ready[ready < self.n]
+                        if self.gates is not None:
+                            go = self.gates.ready(go)
+                        starting = np.concatenate([starting, go])
                         released = ready[ready >= self.n]  # joins end at once
                 else:
                     self.outstanding -= len(finishing)
@@ -516,6 +525,9 @@ class _Fluid:
         self.changed = False
         if self.dataflow:
             first = np.flatnonzero(self.waiting == 0)
+            first = first[first < self.n]
+            if self.gates is not None:
+                first = self.gates.ready(first)
         else:
             first = self._next_step()
         now = 0.0
@@ -546,7 +558,8 @@ class _Fluid:
             bar.update(self.finished - done)
 
 
-def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None) -> dict[str, Any] | None:
+def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None,
+                 gates: StepGates | None = None) -> dict[str, Any] | None:
     """Times step by step when no two flows ever share a link; None as soon as two might.
 
     Without sharing every flow runs at its route's bottleneck bandwidth, so a
@@ -559,7 +572,8 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None) ->
     than every earlier step's flows there have ended and a step's own flows
     there do not overlap; that is checked as it goes, and any doubt (a flow
     starting before an earlier one on its link has ended) hands the run back
-    to the event loop.
+    to the event loop. ``gates``: the send order's queues (``sim.engine.ports``), which hold a step's
+    messages back by earlier steps alone.
     """
     n, p, nl = plan.n, plan.p, plan.nl
     cols = schedule.columns()
@@ -603,6 +617,8 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None) ->
             row_d = slot_t[d]
             need = np.maximum(np.maximum(wt[a], row_d[:, 0]), row_d[:, 1])
             st = need if ones else np.maximum.reduceat(need, first)
+            if gates is not None:
+                st = gates.starts(lo, hi, st)
         else:
             st = np.full(hi - lo, t0)
         nb = plan.nbytes(ids)
@@ -611,6 +627,8 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None) ->
         se = ss.copy()
         se[fl] = ss[fl] + nb[fl] / plan.pair_bw[plan.pair_of[ids[fl]]]
         land = se + plan.post(ids)
+        if gates is not None:
+            gates.record(st, land)
         red = plan.reducer(ids, nb)
         rd = red >= 0
         arrive = land.copy()
@@ -668,22 +686,27 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None) ->
 
 
 def run_fast(schedule: Schedule, topology: Topology, size: float, options: EngineOptions, chunk: float,
-             closed_form: bool = True) -> dict[str, Any]:
+             closed_form: bool = True, queued: np.ndarray | None = None) -> dict[str, Any]:
     """Time ``schedule`` with ``options`` on ``topology`` (its link faults already applied; the stragglers are
     ``options.faults``'): the per-transfer arrays and link busy times.
 
     The closed form when no flow ever shares a link (``closed_form=False``: never), else the event loop.
+    ``queued``: the transfers dataflow's send order queues (``sim.engine.ports``; None: every remote one).
     """
     from sim import progress as prog
 
     plan = _Plan(schedule, topology, options, chunk)
     mode = options.mode
+    queues = ports(schedule, topology, queued) if mode == "dataflow" and options.in_flight else None
     show = options.progress and plan.n >= 20000
     with prog.bar(plan.n, unit="transfer", desc=schedule.name, enabled=show) as bar:
-        got = _closed_form(schedule, plan, mode, bar) if closed_form else None
+        got = None
+        if closed_form:
+            gates = None if queues is None else StepGates(queues, options.in_flight)
+            got = _closed_form(schedule, plan, mode, bar, gates)
     closed = got is not None
     if got is None:
-        run = _Fluid(schedule, plan, mode)
+        run = _Fluid(schedule, plan, mode, None if queues is None else PortArrays(queues, options.in_flight))
         with prog.bar(run.n, unit="transfer", desc=f"{schedule.name} (shared links)", enabled=show) as bar:
             run.run(bar)
         got = {"start": run.t_start, "send_start": run.t_send_start, "send_end": run.t_send_end, "end": run.t_end,

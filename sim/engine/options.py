@@ -4,9 +4,10 @@ engines take whole (docs/design.md, "The simulator").
 ``EngineOptions`` is everything ``sim.engine.reference.simulate`` runs with besides the schedule, the topology
 and the size: the ``mode``, the machine's costs (``overhead``, ``reduce_bandwidth``, ``launch``,
 ``message_cpu``: the fields of a machine file's ``"engine"`` section, ``ENGINE_KEYS``), the ``faults``, the
-``progress`` bar and the ``engine``. Its constructor checks every field and raises ``SimulationError`` naming
-it; ``replace`` derives another value and ``of`` turns the keyword form of the Python API into one, both through
-the constructor; ``from_dict`` reads a machine file's section (``TopologyError``, naming the field there).
+``progress`` bar, the ``engine`` and dataflow's send order (``in_flight``). Its constructor checks every field
+and raises ``SimulationError`` naming it; ``replace`` derives another value and ``of`` turns the keyword form of
+the Python API into one, both through the constructor; ``from_dict`` reads a machine file's section
+(``TopologyError``, naming the field there).
 
 This module imports no numpy, simpy or networkx.
 """
@@ -88,6 +89,10 @@ class EngineOptions:
     ``faults``: links down or degraded, stragglers (``Faults``).
     ``progress``: show a tqdm bar on stderr for long runs.
     ``engine``: ``simpy``, ``fast`` or ``auto`` (``ENGINES``); fast does not model ``message_cpu``.
+    ``in_flight``: dataflow's send order (``sim.engine.ports``): each rank's port issues its messages in
+    schedule order, with at most this many of its steps in flight (1: a blocking send per step, as MPI's
+    collectives; 0, ``IN_FLIGHT_ALL``: no queue, every ready transfer starts at once and shares the port).
+    Lockstep ignores it.
     The defaults leave the engine as it is without a machine model. Numbers are held as floats.
     """
 
@@ -99,6 +104,7 @@ class EngineOptions:
     faults: Faults = Faults()
     progress: bool = False
     engine: str = "auto"
+    in_flight: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, str) or self.mode not in MODES:
@@ -123,6 +129,10 @@ class EngineOptions:
             raise SimulationError(f"progress: must be True or False, got {self.progress!r}")
         if not isinstance(self.engine, str) or self.engine not in ENGINES:
             raise SimulationError(f"engine: must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        n = self.in_flight
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise SimulationError(f"in_flight: must be an integer >= 0 (0: every ready transfer at once), "
+                                  f"got {n!r}")
         if self.engine == "fast" and self.message_cpu:
             raise SimulationError("engine fast does not model message_cpu (one message at a time per rank): "
                                   "use engine simpy or auto")

@@ -3,7 +3,8 @@
 Model (docs/design.md, "The simulator"). A transfer of b bytes from rank a to rank b':
 
 1. *starts* when it may (``lockstep``: when the previous step has finished;
-   ``dataflow``: when its dependencies have finished, ``sim.verify.dataflow``) and
+   ``dataflow``: when its dependencies have finished, ``sim.verify.dataflow``, and
+   its message's turn has come on its ranks' ports: ``in_flight``, ``sim.engine.ports``) and
    reads (snapshots) its source then;
 2. waits the endpoint overhead, plus the straggler delay when a or b' is a
    straggler;
@@ -159,7 +160,13 @@ def simulate(schedule: Schedule, topology: Topology, size: float, options: Engin
     the same verdict; auto takes fast unless the run needs what only simpy models (``message_cpu``) or the
     schedule races (two writes to a slot in one step, whose order only simpy's event order decides).
     """
-    options = EngineOptions.of(options, **fields)
+    return _simulate(schedule, topology, size, EngineOptions.of(options, **fields), None)
+
+
+def _simulate(schedule: Schedule, topology: Topology, size: float, options: EngineOptions,
+              queued: np.ndarray | None) -> SimResult:
+    """``simulate``; ``queued``: the transfers dataflow's send order queues (None: every remote one), so that a
+    lowered switch operation's legs and gates, which no rank posts, stay out of the ranks' queues."""
     if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
         raise SimulationError(f"size must be a finite number of bytes >= 0, got {size!r}")
     if topology.ranks != schedule.ranks:
@@ -179,13 +186,16 @@ def simulate(schedule: Schedule, topology: Topology, size: float, options: Engin
             low = lower(schedule, topology, gates=options.mode == "dataflow")
             chunk = chunk_bytes(schedule.collective, size)
             per_byte = chunk_bytes(low.schedule.collective, 1.0)
-            got = simulate(low.schedule, low.topology, chunk / per_byte if per_byte else 0.0,
-                           options.replace(faults=Faults(stragglers=faults.stragglers), launch=0.0))
+            real = np.zeros(low.schedule.num_transfers, dtype=bool)
+            real[low.transfers] = True
+            got = _simulate(low.schedule, low.topology, chunk / per_byte if per_byte else 0.0,
+                            options.replace(faults=Faults(stragglers=faults.stragglers), launch=0.0), real)
             result = lift(got, low, schedule, topology, float(size), chunk)
         elif options.engine == "fast" or (options.engine == "auto" and not options.message_cpu):
-            result = _fast(schedule, topology, float(size), options, strict=options.engine == "auto")
+            result = _fast(schedule, topology, float(size), options, strict=options.engine == "auto",
+                           queued=queued)
         if result is None:
-            result = _Run(schedule, topology, float(size), options).go()
+            result = _Run(schedule, topology, float(size), options, queued).go()
         return _delayed(result, options.launch) if options.launch else result
     finally:
         if was_enabled:
@@ -193,7 +203,7 @@ def simulate(schedule: Schedule, topology: Topology, size: float, options: Engin
 
 
 def _fast(schedule: Schedule, topology: Topology, size: float, options: EngineOptions,
-          strict: bool) -> SimResult | None:
+          strict: bool, queued: np.ndarray | None = None) -> SimResult | None:
     """The run on ``sim.engine.fast``; None when ``strict`` and the schedule races (simpy's event order decides)."""
     from sim.engine.fast import run_fast
     from sim.verify import fast as fastverify
@@ -207,7 +217,7 @@ def _fast(schedule: Schedule, topology: Topology, size: float, options: EngineOp
     bad.extend(fastverify.check(schedule, state))
     del state
     chunk = chunk_bytes(schedule.collective, size)
-    got = run_fast(schedule, topology, size, options, chunk)
+    got = run_fast(schedule, topology, size, options, chunk, queued=queued)
 
     def frozen(a: np.ndarray) -> np.ndarray:
         a.flags.writeable = False
@@ -242,7 +252,8 @@ class _Run:
     from ``len(topology.links)`` on are the ranks' reducers.
     """
 
-    def __init__(self, schedule: Schedule, topology: Topology, size: float, options: EngineOptions) -> None:
+    def __init__(self, schedule: Schedule, topology: Topology, size: float, options: EngineOptions,
+                 queued: np.ndarray | None = None) -> None:
         import simpy
         import simpy.events
 
@@ -329,6 +340,8 @@ class _Run:
         self.events = 0
         self.to_start: list[int] = []
         self.to_finish: list[int] = []
+        self.to_issue: list[int] = []  # transfers their port's queue lets start
+        self.order: Any = None  # dataflow's send queues (sim.engine.ports.SendOrder); None: no queue
         self._bar: Any = None
 
         if mode == "lockstep":
@@ -338,6 +351,10 @@ class _Run:
             from sim.verify.dataflow import Readiness, dataflow_graph
 
             self.ready = Readiness(dataflow_graph(schedule, progress=self.progress))
+            if options.in_flight:
+                from sim.engine.ports import SendOrder, ports
+
+                self.order = SendOrder(ports(schedule, topology, queued), options.in_flight)
 
     def _where(self, t: int) -> tuple[int, int]:
         si = bisect_right(self.step_first, t) - 1
@@ -363,9 +380,16 @@ class _Run:
     def _drain(self) -> None:
         """Start and finish whatever became ready at this instant, then settle the link shares."""
         to_start, to_finish = self.to_start, self.to_finish
-        while to_start or to_finish:
+        order, to_issue = self.order, self.to_issue
+        while to_start or to_issue or to_finish:
             while to_start:
-                self._start(to_start.pop())
+                t = to_start.pop()
+                if order is None:
+                    self._start(t)
+                else:  # t may start by its dependencies; its port's queue says when it does
+                    to_issue.extend(order.ready(t))
+            while to_issue:
+                self._start(to_issue.pop())
             while to_finish:
                 self._finish(to_finish.pop())
         if self.share.dirty and not self.settling:
@@ -489,7 +513,17 @@ class _Run:
         self._drain()
 
     def _landed(self, t: int) -> None:
-        """The bytes are at the destination: combine them (a flow on its reducer), or deliver."""
+        """The bytes are at the destination: free the ports (send order), then deliver the message."""
+        if self.order is None:
+            self._deliver(t)
+            return
+        deliver, go = self.order.landed(t)
+        self.to_issue.extend(go)
+        for u in deliver:
+            self._deliver(u)
+
+    def _deliver(self, t: int) -> None:
+        """Combine the bytes at the destination (a flow on its reducer), or write them."""
         if self.cpu:
             tr = self.transfers[t]
             if tr.src != tr.dst:

@@ -20,7 +20,7 @@ from algorithms import registry
 from algorithms.ir import Kind
 from sim.engine.reference import simulate
 from sim.machine.fit import Fit, fit_alpha_beta, fit_bandwidth, fit_knee, search_log
-from sim.machine.model import EngineParams, Machine, host
+from sim.machine.model import RUNNER_IN_FLIGHT, EngineParams, Machine, host
 from sim.machine.predict import copy_seconds
 
 __all__ = ["calibration_report", "fit_collectives", "fit_host_cap", "fit_machine", "fit_runner"]
@@ -65,7 +65,8 @@ def fit_runner(cases: list[dict[str, Any]], topology: Any, reduce_bw: float | No
     w = 1.0 / measured
     grid = [0.0, *np.geomspace(1e-6, 1e-3, 40)]
     copies = np.array([copy_seconds(s, c["size"], copy) for s, c in zip(scheds, cases, strict=True)])
-    sims = np.array([[simulate(s, topology, c["size"], reduce_bandwidth=reduce_bw, message_cpu=cpu).time
+    sims = np.array([[simulate(s, topology, c["size"], reduce_bandwidth=reduce_bw, message_cpu=cpu,
+                               in_flight=RUNNER_IN_FLIGHT).time
                       for s, c in zip(scheds, cases, strict=True)] for cpu in grid]) + copies
     keep = np.ones(len(cases), dtype=bool)
 
@@ -113,7 +114,8 @@ def fit_collectives(cases: list[dict[str, Any]], p: int, *, alpha: float, bw: fl
         topo = host(p, bandwidth=bw, latency=alpha, host_bandwidth=cap if math.isfinite(cap) else None)
         gamma = gamma if gamma is not None and math.isfinite(gamma) else None  # inf: reductions are free
         return np.array([simulate(scheds[i], topo, cases[i]["size"], reduce_bandwidth=gamma, launch=launch,
-                                  message_cpu=message_cpu).time + copies[i] for i in idx])
+                                  message_cpu=message_cpu, in_flight=RUNNER_IN_FLIGHT).time + copies[i]
+                         for i in idx])
 
     def err(t: np.ndarray, idx: list[int]) -> float:
         return float(np.sum(((t - measured[idx]) / measured[idx]) ** 2))

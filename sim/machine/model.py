@@ -40,8 +40,8 @@ from algorithms.ir import Schedule
 from sim.engine.options import ENGINE_KEYS, EngineOptions
 from sim.topology.graph import Topology, TopologyError
 
-__all__ = ["ENGINE_KEYS", "PRESET_ENGINES", "EngineParams", "Machine", "engine_for", "host", "load", "save",
-           "to_dict"]
+__all__ = ["ENGINE_KEYS", "PRESET_ENGINES", "RUNNER_IN_FLIGHT", "EngineParams", "Machine", "engine_for", "host", "load",
+           "save", "to_dict"]
 
 NCCL_RING_SIMPLE_BASE_LATENCY = 8.4e-6
 """NCCL's base latency of the ring algorithm with the Simple protocol: ``baseLat[RING][SIMPLE] = 8.4`` us in
@@ -60,6 +60,12 @@ PRESET_ENGINES: Mapping[str, EngineOptions] = {
 """Engine parameters of the topology presets that carry some (by SPEC prefix)."""
 
 
+RUNNER_IN_FLIGHT = 0
+"""The send order (``EngineOptions.in_flight``) a calibrated machine's runs take: none, as the runner's executor on
+gloo (the dataflow one, ``runners.execution.runner.AUTO_CPU`` being empty) posts every transfer as soon as its
+dependencies complete; the calibration fits, ``predict`` and ``tune`` all simulate so."""
+
+
 @dataclass(frozen=True)
 class Machine:
     """A topology, its engine parameters and the record of how they were obtained."""
@@ -69,10 +75,11 @@ class Machine:
     model: Mapping[str, Any] = field(default_factory=dict)
 
     def simulate(self, schedule: Schedule, size: float, *, mode: str = "dataflow") -> Any:
-        """``sim.engine.reference.simulate`` of ``schedule`` on this machine (a ``SimResult``)."""
+        """``sim.engine.reference.simulate`` of ``schedule`` on this machine (a ``SimResult``), in the runner's send
+        order (``RUNNER_IN_FLIGHT``)."""
         from sim.engine.reference import simulate
 
-        return simulate(schedule, self.topology, size, self.engine.replace(mode=mode))
+        return simulate(schedule, self.topology, size, self.engine.replace(mode=mode, in_flight=RUNNER_IN_FLIGHT))
 
 
 def to_dict(machine: Machine) -> dict[str, Any]:

@@ -110,8 +110,10 @@ def _record(p: int, alpha: float, bw: float, cap: float, gamma: float, launch: f
         s = registry.build(kind, name, p, root=0 if kind == "broadcast" else None, chunks=chunks)
         for size in C.RUNNER_SIZES:
             from sim.engine.reference import simulate
+            from sim.machine.model import RUNNER_IN_FLIGHT  # the runner's send order, as the fit assumes
 
-            t = simulate(s, topo, size, reduce_bandwidth=gamma, launch=launch, message_cpu=cpu).time
+            t = simulate(s, topo, size, reduce_bandwidth=gamma, launch=launch, message_cpu=cpu,
+                         in_flight=RUNNER_IN_FLIGHT).time
             rec["runner"].append({"collective": kind, "algorithm": name, "chunks": chunks, "size": size,
                                   "time_s": t * (1.01 if len(rec["runner"]) % 2 else 0.99)})
     rec["copy_sizes"] = list(C.COPY_SIZES)

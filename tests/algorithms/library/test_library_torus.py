@@ -279,9 +279,11 @@ def test_multiport_swing_reaches_the_bound_on_torus_4x4() -> None:
     assert _efficiency("swing_torus", "torus:4x4") >= 0.999
     # The bucket with one part per direction: bandwidth-optimal too, 12 steps of latency: 0.99881.
     assert _efficiency("torus_bucket", "torus:4x4") >= 0.998
-    # The textbook bucket (one port of four): 0.2777; 1-D swing on the row-major ring: 0.2059.
-    assert 0.27 <= _efficiency("torus_bucket", "torus:4x4", ports=1) <= 0.29
-    assert 0.20 <= _efficiency("swing", "torus:4x4") <= 0.22
+    # The textbook bucket (one port of four): 0.2499 in send order (the default; a quarter of the links, less
+    # latency; 0.2777 when every ready transfer starts at once, in_flight 0); 1-D swing on the row-major ring:
+    # 0.1785 (0.2059 with in_flight 0).
+    assert 0.24 <= _efficiency("torus_bucket", "torus:4x4", ports=1) <= 0.26
+    assert 0.17 <= _efficiency("swing", "torus:4x4") <= 0.19
 
 
 def test_efficiency_on_torus_8x8() -> None:

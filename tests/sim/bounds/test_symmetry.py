@@ -76,7 +76,8 @@ def test_a_torus_file_is_one_orbit_of_translations() -> None:
 def test_a_cluster_file_synthesizes_as_the_named_cluster(kind: str) -> None:
     # A file link for link equal to cluster:2x8 packed at 94.2% (allgather) when symmetry came from the name.
     def eff(t: Topology) -> float:
-        return bound(kind, t, GIB).efficiency(simulate(synthesize(kind, t), t, GIB).time)
+        # in_flight 0: synthesis's model (sim.bounds.packing), no send order
+        return bound(kind, t, GIB).efficiency(simulate(synthesize(kind, t), t, GIB, in_flight=0).time)
 
     named, file = eff(from_spec("cluster:2x8")), eff(as_file("cluster:2x8"))
     assert file == pytest.approx(named, abs=0.002)

@@ -28,7 +28,7 @@ def check(kind: Kind, t: Topology, size: float, *, root: int | None = None, chun
     b = bound(kind, t, size, root=root)
     times = []
     for mode in ("dataflow", "lockstep"):
-        r = simulate(s, t, size, mode=mode)
+        r = simulate(s, t, size, mode=mode, in_flight=0)  # synthesis's model (sim.bounds.packing)
         assert r.ok, r.violations[:3]
         assert r.time >= b.bound_s * (1 - 1e-9), (mode, r.time, b)
         times.append(r.time)
@@ -275,11 +275,11 @@ def test_widest_routes_keep_messages_inside_a_node_on_nvlink() -> None:
     assert widest_routes(cluster(2, 8)).routes == {}  # its default routes are already the widest
     size = 2**30
     got = check(Kind.ALLGATHER, w, size, chunks=32)
-    lib = min(simulate(a.build(16), w, size).time for a in registry.algorithms(Kind.ALLGATHER)
+    lib = min(simulate(a.build(16), w, size, in_flight=0).time for a in registry.algorithms(Kind.ALLGATHER)
               if a.unsupported(16) is None)
     assert lib >= 3 * got
     # Without them every schedule, synthesized or not, is held to the NICs.
-    assert simulate(synthesize(Kind.ALLGATHER, t, chunks=32), t, size).time > 4 * got
+    assert simulate(synthesize(Kind.ALLGATHER, t, chunks=32), t, size, in_flight=0).time > 4 * got
 
 
 def test_family_automorphisms_are_automorphisms() -> None:

@@ -69,7 +69,8 @@ def test_flags_win_over_the_machine_files_figures(tmp_path: Path, spy: dict[str,
     capsys.readouterr()
     [built] = spy["built"]
     assert built == EngineOptions(overhead=0.0, reduce_bandwidth=3e9, launch=9e-5, message_cpu=1e-6, progress=True)
-    assert spy["engine"] == [built] and spy["engine"][0] is built
+    # The run itself, then lockstep beside it (simulate compares the modes): the same value in the other mode.
+    assert spy["engine"] == [built, built.replace(mode="lockstep", progress=False)] and spy["engine"][0] is built
 
 
 def test_nccl_runs_take_the_value_with_nccls_launch(spy: dict[str, list[Any]],

@@ -61,7 +61,9 @@ def test_simulate_json_contract_and_closed_form(capsys: pytest.CaptureFixture[st
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == {"ok", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "events", "wall_s",
-                        "peak_rss_MiB", "engine", "stretched_pairs", "bound_s", "efficiency"}
+                        "peak_rss_MiB", "engine", "stretched_pairs", "bound_s", "efficiency", "lockstep_s",
+                        "modes_differ"}
+    assert doc["lockstep_s"] == pytest.approx(doc["time_s"], rel=1e-9) and doc["modes_differ"] is False
     assert doc["engine"] == "fast" and doc["peak_rss_MiB"] > 0  # auto: the fast engine is exact for this run
     assert doc["stretched_pairs"] == []  # a ring on a ring: every neighbour one link away
     n, p = 256 * 2**20, 8
@@ -391,7 +393,13 @@ def test_a_schedule_on_part_of_a_torus(capsys: pytest.CaptureFixture[str], tmp_p
     assert code == 0, err
     doc = json.loads(out)
     assert doc["ok"] is True and doc["stretched_pairs"] == [[3, 4, 2], [7, 0, 2]]
-    # Two of the 14 steps send over two links: 1 us more latency on each (the bandwidth is still one link's).
+    # In send order (the default) every rank's next step waits for its previous message to land, so each of the
+    # 14 steps waits for the slow hop's 1 us more latency (the bandwidth is still one link's), as in lockstep.
+    assert doc["time_s"] == pytest.approx(_ring_time(8, 8 * 2**20, 1e-6, 50e9) + 14 * 1e-6, rel=1e-9)
+    assert doc["lockstep_s"] == pytest.approx(doc["time_s"], rel=1e-9) and doc["modes_differ"] is False
+    # Without it each piece goes its own way: the slowest piece crosses the two-link hops twice, 1 us each.
+    code, out, err = run(capsys, *PART, "-p", "8", "--placement", str(apart), "--json", "--in-flight", "all")
+    doc = json.loads(out)
     assert doc["time_s"] == pytest.approx(_ring_time(8, 8 * 2**20, 1e-6, 50e9) + 2 * 2 * 1e-6, rel=1e-9)
     code, out, err = run(capsys, *PART, "-p", "8", "--placement", str(apart))
     assert code == 0 and "on torus:4x4 placed apart.json" in out and "postcondition OK" in out

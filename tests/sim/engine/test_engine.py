@@ -302,11 +302,15 @@ def test_straggler_delays_every_step_it_takes_part_in(p: int) -> None:
     # Lockstep: rank 0 sends and receives in every step, so each of the 2(p-1) steps waits d more.
     r = simulate(schedule, topo, n, mode="lockstep", faults=Faults(stragglers={0: d}))
     assert r.ok and close(r.time, base + 2 * (p - 1) * d)
-    # Dataflow: piece q walks 2(p-1) ring edges from rank q, independently of the other pieces;
-    # only the edges touching rank 0 pay d. The slowest piece decides.
+    # Dataflow in send order (the default, one step in flight): every rank's next step waits for its
+    # previous message to land, so rank 0's delay reaches every rank at every step, as in lockstep.
+    r = simulate(schedule, topo, n, mode="dataflow", faults=Faults(stragglers={0: d}))
+    assert r.ok and close(r.time, base + 2 * (p - 1) * d)
+    # Dataflow without the queues: piece q walks 2(p-1) ring edges from rank q, independently of the other
+    # pieces; only the edges touching rank 0 pay d. The slowest piece decides.
     def touching(q: int) -> int:
         return sum(1 for i in range(2 * (p - 1)) if (q + i) % p == 0 or (q + i + 1) % p == 0)
-    r = simulate(schedule, topo, n, mode="dataflow", faults=Faults(stragglers={0: d}))
+    r = simulate(schedule, topo, n, mode="dataflow", faults=Faults(stragglers={0: d}), in_flight=0)
     assert r.ok and close(r.time, base + d * max(touching(q) for q in range(p)))
 
 

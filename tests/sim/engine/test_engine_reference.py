@@ -7,7 +7,7 @@ unfrozen flow's rate by the same amount until a link is full, freeze the
 flows on full links, repeat), and advances time to the next thing that
 happens. It is slow (quadratic) and obviously right; the engines are fast.
 Hypothesis checks that both engines agree with it on random networks,
-algorithms, modes, sizes, overheads, stragglers and reduction costs.
+algorithms, modes, sizes, overheads, stragglers, reduction costs and send orders (``in_flight``).
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ import itertools
 import math
 from collections.abc import Callable
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from algorithms import registry
 from algorithms.ir import Op, Schedule
 from sim.engine.reference import Faults, chunk_bytes, simulate
-from sim.topology import Topology
+from sim.topology import Topology, single_switch
 from sim.topology.strategies import topologies
 from sim.verify import strategies as cst
 from sim.verify.dataflow import dataflow_graph
@@ -30,12 +32,51 @@ WAITING, PRE, FLOW, POST, REDUCE, ARRIVED, DONE = range(7)
 
 
 def reference(schedule: Schedule, topo: Topology, size: float, *, mode: str, overhead: float,
-              reduce_bandwidth: float | None, stragglers: dict[int, float]) -> tuple[list[float], list[float]]:
-    """Start and end time of every transfer, in program order."""
+              reduce_bandwidth: float | None, stragglers: dict[int, float],
+              in_flight: int = 0) -> tuple[list[float], list[float]]:
+    """Start and end time of every transfer, in program order. ``in_flight`` > 0: dataflow's send order,
+    read from the rules of ``sim.engine.ports``' docstring and checked by brute force over every message (which
+    is delivered whole: its transfers leave the latency phase together, when the last has landed)."""
     flat = [(si, t) for si, s in enumerate(schedule.steps) for t in s.transfers]
     n = len(flat)
     chunk = chunk_bytes(schedule.collective, size)
     g = dataflow_graph(schedule)
+    # Send order: a message is (step, src, dst) of the remote transfers; its ports the first and last link.
+    members: dict[tuple[int, int, int], list[int]] = {}
+    for i, (si, t) in enumerate(flat):
+        if t.src != t.dst:
+            members.setdefault((si, t.src, t.dst), []).append(i)
+    port_of: dict[tuple[int, int, int], tuple[object, object]] = {}
+    for key in members:
+        path = list(itertools.pairwise(topo.route(key[1], key[2])))
+        port_of[key] = (("send", path[0]), ("recv", path[-1]))
+    steps_on: dict[object, list[int]] = {}
+    for key, ps in port_of.items():
+        for q in ps:
+            steps_on.setdefault(q, []).append(key[0])
+    batch = {q: sorted(set(v)) for q, v in steps_on.items()}
+
+    def key_of(i: int) -> tuple[int, int, int]:
+        return flat[i][0], flat[i][1].src, flat[i][1].dst
+
+    def queued(i: int) -> bool:
+        return mode == "dataflow" and in_flight > 0 and flat[i][1].src != flat[i][1].dst
+
+    def may_begin(key: tuple[int, int, int]) -> bool:
+        """Rules 1-3: dependencies ended; each port's earlier batches started, those N back landed."""
+        if not all(phase[i] == WAITING and all(phase[d] == DONE for d in g.deps[i]) for i in members[key]):
+            return False
+        for q in port_of[key]:
+            j = batch[q].index(key[0])
+            for other, ps in port_of.items():
+                if q not in ps:
+                    continue
+                k = batch[q].index(other[0])
+                if k < j and any(phase[i] == WAITING for i in members[other]):
+                    return False
+                if k <= j - in_flight and any(phase[i] in (WAITING, PRE, FLOW, POST) for i in members[other]):
+                    return False
+        return True
     phase = [WAITING] * n
     start = [math.nan] * n
     end = [math.nan] * n
@@ -64,10 +105,17 @@ def reference(schedule: Schedule, topo: Topology, size: float, *, mode: str, ove
                 if not all(phase[i] == DONE for i in members):
                     break
                 step += 1
+            if mode == "dataflow" and in_flight:
+                for key in members:
+                    if may_begin(key):
+                        for i in members[key]:
+                            begin(i)
+                        changed = True
             for i in range(n):
                 _si, t = flat[i]
                 b = t.count * chunk
-                if phase[i] == WAITING and mode == "dataflow" and all(phase[d] == DONE for d in g.deps[i]):
+                if (phase[i] == WAITING and mode == "dataflow" and all(phase[d] == DONE for d in g.deps[i])
+                        and (not in_flight or t.src == t.dst)):
                     begin(i)
                     changed = True
                 if phase[i] == PRE and timer[i] <= now:
@@ -84,7 +132,9 @@ def reference(schedule: Schedule, topo: Topology, size: float, *, mode: str, ove
                         lat = sum(topo.latency(u, v) for u, v in itertools.pairwise(path))
                     phase[i], timer[i], links[i] = POST, now + lat, ()
                     changed = True
-                if phase[i] == POST and timer[i] <= now:
+                if phase[i] == POST and timer[i] <= now and (not queued(i) or all(  # a message is delivered whole
+                        phase[j] in (REDUCE, ARRIVED, DONE) or (phase[j] == POST and timer[j] <= now)
+                        for j in members[key_of(i)])):
                     if reduce_bandwidth is not None and t.op is Op.REDUCE and b > 0:
                         phase[i], left[i], links[i] = REDUCE, b, (("reducer", t.dst),)
                     else:
@@ -159,11 +209,32 @@ def test_engine_matches_the_reference(case: tuple[Schedule, Topology], data: st.
     overhead = data.draw(st.sampled_from([0.0, 0.5]))
     red = data.draw(st.sampled_from([None, 7.0]))
     slow = {data.draw(st.integers(0, schedule.ranks - 1)): data.draw(st.sampled_from([0.0, 3.0]))}
+    in_flight = data.draw(st.sampled_from([0, 1, 2]))
     start, end = reference(schedule, topo, size, mode=mode, overhead=overhead, reduce_bandwidth=red,
-                           stragglers=slow)
+                           stragglers=slow, in_flight=in_flight)
     for engine in ("simpy", "fast"):
         r = simulate(schedule, topo, size, mode=mode, overhead=overhead, reduce_bandwidth=red,
-                     faults=Faults(stragglers=slow), engine=engine)
+                     faults=Faults(stragglers=slow), engine=engine, in_flight=in_flight)
+        for i in range(schedule.num_transfers):
+            assert math.isclose(r.start[i], start[i], rel_tol=1e-7, abs_tol=1e-9), (engine, i, r.start[i], start[i])
+            assert math.isclose(r.end[i], end[i], rel_tol=1e-7, abs_tol=1e-9), (engine, i, r.end[i], end[i])
+
+
+@pytest.mark.parametrize("kind, name, p", [("reducescatter", "recursive_halving", 5), ("allgather", "bruck", 6),
+                                            ("gather", "binomial", 6), ("allreduce", "rabenseifner", 6),
+                                            ("broadcast", "binomial", 5), ("alltoall", "pairwise", 4)])
+@pytest.mark.parametrize("in_flight", [0, 1, 2])
+def test_library_schedules_in_send_order_match_the_reference(kind: str, name: str, p: int, in_flight: int) -> None:
+    """Messages of several transfers of unequal sizes (recursive halving's fold at p = 5, Bruck's wrapped
+    blocks), trees and rounds, on a switch with reductions: each engine's every start and end is the
+    reference's (a message delivered whole, its ports in order)."""
+    schedule = registry.build(kind, name, p)
+    topo = single_switch(p, bandwidth=10.0, latency=1.0)
+    start, end = reference(schedule, topo, 1000.0, mode="dataflow", overhead=0.5, reduce_bandwidth=7.0,
+                           stragglers={}, in_flight=in_flight)
+    for engine in ("simpy", "fast"):
+        r = simulate(schedule, topo, 1000.0, overhead=0.5, reduce_bandwidth=7.0, engine=engine, in_flight=in_flight)
+        assert r.ok
         for i in range(schedule.num_transfers):
             assert math.isclose(r.start[i], start[i], rel_tol=1e-7, abs_tol=1e-9), (engine, i, r.start[i], start[i])
             assert math.isclose(r.end[i], end[i], rel_tol=1e-7, abs_tol=1e-9), (engine, i, r.end[i], end[i])

@@ -148,11 +148,11 @@ def test_the_python_builder_checks_its_figures() -> None:
 N = 64 * 2**20
 
 
-def _ring_allreduce(p: int, spec: str, size: float = N, **placed: str) -> float:
+def _ring_allreduce(p: int, spec: str, size: float = N, in_flight: int = 1, **placed: str) -> float:
     topo = from_spec(spec)
     if placed:
         topo = place(topo, placement(placed["placement"], topo, topo.ranks))
-    r = simulate(build("allreduce", "ring", p), topo, size, engine="simpy")
+    r = simulate(build("allreduce", "ring", p), topo, size, engine="simpy", in_flight=in_flight)
     assert r.ok
     return r.time
 
@@ -167,15 +167,19 @@ def test_a_ring_along_one_dimension_runs_at_that_dimensions_bandwidth() -> None:
 
 def test_a_ring_across_both_dimensions_pays_each_dimensions_latency() -> None:
     # The snake placement puts the 16-rank ring on a cycle of torus:4x4 whose edges run y, y, y, x, y, y, y, x, ...
-    # Latency-bound (1 KiB at 1e15 B/s), message k of a rank waits for message k-1 of its predecessor, so the
-    # last of the 2(p-1) = 30 messages ends after the latencies of 30 consecutive ring edges, the worst run
-    # of them: the whole cycle (4 x and 12 y edges) plus 14 more (at most 4 x and 10 y, or 11 y and 3 x).
-    # Each message also streams 1024/16 bytes at 1e15 B/s on each of the 30 hops.
+    # Latency-bound (1 KiB at 1e15 B/s). Without the send order (in_flight 0), message k of a rank waits only for
+    # message k-1 of its predecessor, so the last of the 2(p-1) = 30 messages ends after the latencies of 30
+    # consecutive ring edges, the worst run of them: the whole cycle (4 x and 12 y edges) plus 14 more (at most
+    # 4 x and 10 y, or 11 y and 3 x). Each message also streams 1024/16 bytes at 1e15 B/s on each of the 30 hops.
     stream = 30 * (1024 / 16) / 1e15
-    x_slow = _ring_allreduce(16, "torus:4x4@x=1e15/5us,y=1e15/1us", size=1024, placement="snake")
+    x_slow = _ring_allreduce(16, "torus:4x4@x=1e15/5us,y=1e15/1us", size=1024, in_flight=0, placement="snake")
     assert x_slow == pytest.approx((4 * 5 + 12 * 1) * 1e-6 + (4 * 5 + 10 * 1) * 1e-6 + stream, rel=1e-9)
-    y_slow = _ring_allreduce(16, "torus:4x4@x=1e15/1us,y=1e15/5us", size=1024, placement="snake")
+    y_slow = _ring_allreduce(16, "torus:4x4@x=1e15/1us,y=1e15/5us", size=1024, in_flight=0, placement="snake")
     assert y_slow == pytest.approx((4 * 1 + 12 * 5) * 1e-6 + (3 * 1 + 11 * 5) * 1e-6 + stream, rel=1e-9)
+    # In send order (the default, one step in flight, as a blocking MPI_Sendrecv per step) a rank receives its
+    # next message only once its last one has landed, so every step waits for the slowest edge, 5 us: 30 x 5 us.
+    x_slow = _ring_allreduce(16, "torus:4x4@x=1e15/5us,y=1e15/1us", size=1024, placement="snake")
+    assert x_slow == pytest.approx(30 * 5e-6 + stream, rel=1e-9)
 
 
 def test_a_ring_across_both_dimensions_is_no_faster_than_its_slow_links() -> None:
