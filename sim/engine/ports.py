@@ -93,7 +93,9 @@ class Ports:
 
 def _side(m_link: np.ndarray, m_step: np.ndarray) -> Side:
     nm = len(m_link)
-    order = np.lexsort((np.arange(nm), m_step, m_link))
+    # Messages are numbered step-major, so a stable sort by link keeps each port's steps (and a step's messages)
+    # in order.
+    order = np.argsort(m_link, kind="stable")
     lk, st = m_link[order], m_step[order]
     new_batch = np.r_[True, (lk[1:] != lk[:-1]) | (st[1:] != st[:-1])] if nm else np.zeros(0, dtype=bool)
     batch_sorted = np.cumsum(new_batch) - 1
@@ -380,17 +382,27 @@ class StepGates:
     def __init__(self, structure: Ports, in_flight: int) -> None:
         if in_flight < 1:
             raise ValueError("StepGates needs in_flight >= 1 (0: no queues)")
-        self.s = structure
+        s = structure
+        self.s = s
         self.n_flight = in_flight
+        self.single = bool((np.diff(s.msg_ptr) == 1).all())  # every message one transfer: no grouping needed
+        self.begin = np.zeros(s.messages)
+        self.land = np.zeros(s.messages)
+        steps = int(s.msg_step.max()) + 1 if s.messages else 0
         self.state = []
-        for side in (structure.send, structure.recv):
+        for side in (s.send, s.recv):
             most = int(np.diff(side.port_ptr).max()) if side.ports else 1
             h = max(1, min(in_flight, most))
+            # Each step's batches (one per port), and where each batch's messages are in batch_msgs.
+            b_step = s.msg_step[side.batch_msgs[side.batch_ptr[:-1]]]
+            by_step = np.argsort(b_step, kind="stable")
+            step_ptr = np.zeros(steps + 1, dtype=np.int64)
+            np.cumsum(np.bincount(b_step, minlength=steps), out=step_ptr[1:])
             # Per port: latest start of its batches so far, latest landing so far, batches so far, and the
             # latest landing as it stood after each of its last h batches (a ring).
-            self.state.append((side, np.zeros(side.ports), np.zeros(side.ports), np.zeros(side.ports, dtype=np.int64),
-                               np.zeros((side.ports, h))))
-        self._cur: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+            self.state.append((side, by_step, step_ptr, np.zeros(side.ports), np.zeros(side.ports),
+                               np.zeros(side.ports, dtype=np.int64), np.zeros((side.ports, h))))
+        self._cur: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def starts(self, lo: int, hi: int, need: np.ndarray) -> np.ndarray:
         """Transfers lo..hi-1 (one step) may start at ``need`` by their dependencies: when they start."""
@@ -399,19 +411,23 @@ class StepGates:
         if not g.any():
             self._cur = None
             return need
-        ms, inv = np.unique(m[g], return_inverse=True)
-        inv = inv.reshape(-1)
-        begin = np.zeros(len(ms))
-        np.maximum.at(begin, inv, need[g])
+        if self.single:
+            ms, inv = m[g], np.arange(int(g.sum()))
+            begin = need[g].copy()
+        else:
+            ms, inv = np.unique(m[g], return_inverse=True)
+            inv = inv.reshape(-1)
+            begin = np.zeros(len(ms))
+            np.maximum.at(begin, inv, need[g])
         n = self.n_flight
-        for side, last_start, _land, count, ring in self.state:
+        for side, _by_step, _ptr, last_start, _land, count, ring in self.state:
             q = side.batch_port[side.batch[ms]]
             j = count[q]
             gate = last_start[q]
             w = j >= n
             gate[w] = np.maximum(gate[w], ring[q[w], j[w] % ring.shape[1]])
             begin = np.maximum(begin, gate)
-        self._cur = (ms, inv, g)
+        self._cur = (int(self.s.msg_step[ms[0]]), ms, inv, g)
         out = need.copy()
         out[g] = begin[inv]
         return out
@@ -420,15 +436,21 @@ class StepGates:
         """The step that ``starts`` last saw starts at ``start`` and lands at ``land`` (per transfer)."""
         if self._cur is None:
             return
-        ms, inv, g = self._cur
-        begin = np.zeros(len(ms))
-        begin[inv] = start[g]
-        landed = np.zeros(len(ms))
-        np.maximum.at(landed, inv, land[g])
-        for side, last_start, land_max, count, ring in self.state:
-            q = side.batch_port[side.batch[ms]]
-            np.maximum.at(last_start, q, begin)
-            np.maximum.at(land_max, q, landed)
-            uq = np.unique(q)
-            ring[uq, count[uq] % ring.shape[1]] = land_max[uq]
-            count[uq] += 1
+        step, ms, inv, g = self._cur
+        self.begin[ms[inv]] = start[g]
+        if self.single:
+            self.land[ms] = land[g]
+        else:
+            self.land[ms] = 0.0
+            np.maximum.at(self.land, ms[inv], land[g])
+        for side, by_step, step_ptr, last_start, land_max, count, ring in self.state:
+            bs = by_step[step_ptr[step]:step_ptr[step + 1]]  # this step's batches, one per port
+            lo, hi = side.batch_ptr[bs], side.batch_ptr[bs + 1]
+            _o, e = _ranges(lo, hi)
+            msgs = side.batch_msgs[e]
+            at = np.cumsum(hi - lo) - (hi - lo)
+            q = side.batch_port[bs]
+            last_start[q] = np.maximum(last_start[q], np.maximum.reduceat(self.begin[msgs], at))
+            land_max[q] = np.maximum(land_max[q], np.maximum.reduceat(self.land[msgs], at))
+            ring[q, count[q] % ring.shape[1]] = land_max[q]
+            count[q] += 1
