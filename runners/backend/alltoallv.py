@@ -24,7 +24,8 @@ import torch.distributed as dist
 
 from algorithms import registry
 from algorithms.ir import Kind, Matrix, Schedule
-from runners.backend.policy import FILE_PREFIX, Choice, schedule
+from runners.backend.policy import FILE_PREFIX, Choice, describe_choice, schedule
+from runners.execution import verified
 from runners.execution.arguments import SUPPORTED_DTYPES
 
 __all__ = ["SCHEDULE_CACHE", "schedule_for", "split_table", "unit_matrix"]
@@ -89,4 +90,8 @@ def schedule_for(choice: Choice, matrix: Matrix) -> Schedule:
 
 @functools.lru_cache(maxsize=SCHEDULE_CACHE)
 def _built(algorithm: str, params: tuple[tuple[str, Any], ...], matrix: Matrix) -> Schedule:
-    return registry.get(Kind.ALLTOALLV, algorithm).build(len(matrix), matrix=matrix, **dict(params))
+    """Built and verified (``runners.execution.verified``: an error names the choice and the world size)."""
+    s = registry.get(Kind.ALLTOALLV, algorithm).build(len(matrix), matrix=matrix, **dict(params))
+    verified.require(s, describe_choice(Kind.ALLTOALLV, Choice(algorithm, params), len(matrix)) + " for a "
+                     "traffic matrix of the call's split sizes")
+    return s

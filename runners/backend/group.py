@@ -82,6 +82,7 @@ from runners.backend.policy import P2P, Choice, Policy, schedule
 from runners.backend.registration import BACKEND_NAME, register_creator
 from runners.backend.work import CollschedWork, InlineQueue, IssueQueue, Job, JobState
 from runners.errors import RunTimeout
+from runners.execution import verified
 from runners.execution.runner import run
 
 __all__ = ["BACKEND_NAME", "CollschedProcessGroup", "CollschedWork", "MonitoredBarrierError", "collsched_group",
@@ -131,6 +132,9 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
         if want not in ("0", "1"):
             raise ValueError(f"{ENV_CHECK} must be 0 or 1, got {want!r}")
         self._check = want == "1"
+        # Schedules are verified before they run (runners.execution.verified); COLLSCHED_VERIFY=0 says so once.
+        if not verified.enabled():
+            verified.warn_unverified()
         self._group_name = ""
         self._group_desc = ""
         self._modes: dict[str, str] | None = None

@@ -66,6 +66,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "Rule",
+    "describe_choice",
     "schedule",
 ]
 
@@ -413,10 +414,15 @@ def _schedule_file(path: str) -> Schedule:
 
 @functools.lru_cache(maxsize=512)
 def schedule(kind: Kind, choice: Choice, ranks: int, root: int | None = None) -> Schedule:
-    """The built schedule for ``choice``; built once per (kind, algorithm, params, ranks, root) and cached.
+    """The built schedule for ``choice``, verified; built once per (kind, algorithm, params, ranks, root) and
+    cached.
 
     A ``file:`` choice is its file's schedule, which must be for ``kind`` on ``ranks`` ranks (and ``root``).
+    A schedule the verifier rejects raises ``runners.execution.verified.UnverifiedSchedule`` naming the
+    choice (``describe_choice``) and its first violations (``COLLSCHED_VERIFY=0``: not verified).
     """
+    from runners.execution import verified  # lazily: the policy itself needs no torch
+
     if choice.algorithm.startswith(FILE_PREFIX):
         s = _schedule_file(choice.algorithm[len(FILE_PREFIX):])
         reason = _can_serve(kind, choice, ranks)
@@ -424,9 +430,21 @@ def schedule(kind: Kind, choice: Choice, ranks: int, root: int | None = None) ->
             reason = f"the file's schedule has root {s.collective.root}, the call root {root}"
         if reason is not None:
             raise PolicyError(f"{choice}: cannot serve {kind} on {ranks} ranks: {reason}")
-        return s
-    algorithm = registry.get(kind, choice.algorithm)
-    return algorithm.build(ranks, root=root if kind in ROOTED_KINDS else None, **dict(choice.params))
+    else:
+        algorithm = registry.get(kind, choice.algorithm)
+        s = algorithm.build(ranks, root=root if kind in ROOTED_KINDS else None, **dict(choice.params))
+    verified.require(s, describe_choice(kind, choice, ranks, root))
+    return s
+
+
+def describe_choice(kind: Kind, choice: Choice, ranks: int, root: int | None = None) -> str:
+    """What an error says a choice is: ``allgather=mine at p=4 (algorithm 'mine', parameters: none)``, or
+    ``allreduce=file:/x/ar.json at p=8 (schedule file /x/ar.json)``."""
+    at = f"{kind}={choice} at p={ranks}" + (f", root {root}" if kind in ROOTED_KINDS and root is not None else "")
+    if choice.algorithm.startswith(FILE_PREFIX):
+        return f"{at} (schedule file {choice.algorithm[len(FILE_PREFIX):]})"
+    params = ", ".join(f"{k}={v}" for k, v in choice.params) or "none"
+    return f"{at} (algorithm {choice.algorithm!r}, parameters: {params})"
 
 
 TUNED_TABLE = Path(__file__).with_name("tuning") / "gloo.json"

@@ -8,6 +8,7 @@
 - ``executors``: the Python executors (per-step groups, host dataflow);
 - ``native``: the native executor (``runners/csrc``), built on first use;
 - ``switching``: a schedule's switch operations lowered to point-to-point transfers.
+- ``verified``: the verifier's verdict on each schedule before it runs, once per content.
 
 Nothing here knows of the backend or the commands.
 """

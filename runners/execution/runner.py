@@ -44,7 +44,9 @@ runner all-reduces one element on it, so that the group's communicator exists
 Memory: what one run allocates beyond the caller's tensors, and the staging
 buffer kept between runs, is described in ``runners.execution.staging``.
 
-Validation happens before any data moves. Checks that need only the
+Validation happens before any data moves. The schedule itself is verified the first time it runs
+(``runners.execution.verified``: a schedule the verifier rejects is refused on every rank, naming its
+first violations; the verdict is cached by content, in memory and on disk). Checks that need only the
 arguments run on every rank identically (including ``plan.step_race``: a
 schedule whose step writes a slot twice with a copy among the writes is
 refused); then the ranks all-gather a row of integers of metadata (size,
@@ -76,7 +78,7 @@ import torch.distributed as dist
 
 from algorithms.ir import Buf, Kind, Schedule
 from runners.errors import InputError, RunError, RunTimeout
-from runners.execution import native
+from runners.execution import native, verified
 from runners.execution.arguments import (
     OP_NAMES,
     REDUCING,
@@ -204,7 +206,9 @@ def run(
     torch's dtype rules). Ranks of the schedule are ranks of ``group``.
 
     Raises ``InputError`` on every rank, before any data moves, for invalid
-    arguments; ``RunError`` when a peer fails; ``RunTimeout`` when the run
+    arguments, and ``verified.UnverifiedSchedule`` (an ``InputError``) for a schedule the verifier
+    rejects (the first run of each schedule verifies it: ``runners.execution.verified``;
+    ``COLLSCHED_VERIFY=0`` skips that); ``RunError`` when a peer fails; ``RunTimeout`` when the run
     does not finish within ``timeout`` seconds (default: torch's default
     process-group timeout). Both name the step, the transfer and the peer.
     A process outside ``group`` returns None at once, as torch does.
@@ -265,6 +269,7 @@ def prepare(schedule: Schedule, tensor: torch.Tensor | None, output: torch.Tenso
     executor. Raises ``InputError`` as ``run`` documents. ``run`` calls it, and so does the C++ backend on the
     first call of a signature (``runners.backend.cpp.Core.prepare``), which then runs the call itself."""
     schedule, plan = _compiled(schedule, rank)
+    verified.require(schedule)  # what runs, once per content (and process, or machine): runners.execution.verified
     engine = _engine(executor, engine)
     code, detail, n = local_check(schedule, rank, tensor, output, op, devices_of(group))
     row = metadata(schedule, plan, tensor, output, op, code, detail, n)
