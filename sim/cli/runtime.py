@@ -186,9 +186,10 @@ def cmd_simulate_nccl(args: argparse.Namespace) -> int:
         return 0 if r.ok else 1
     print(f"nccl {args.collective} on {topo.describe()}, {r.mode}, {human_size(size)}")
     print(f"  NCCL {run.nccl.version} runs {run.nccl.algorithm}/{run.nccl.protocol} on {run.nccl.channels} channels")
-    print(f"  NCCL's model {human_time(cmp['time_s'])} = {cmp['latency_s'] * 1e6:.1f} us latency + "
-          f"{human_size(size)} / {cmp['algbw_GBps']:.1f} GB/s ({human_time(cmp['bandwidth_s'])}); simulated "
-          f"{human_time(run.time)}, {cmp['ratio']:.2f}x NCCL's model")
+    if run.nccl.algorithm != "p2p":
+        print(f"  NCCL's model {human_time(cmp['time_s'])} = {cmp['latency_s'] * 1e6:.1f} us latency + "
+              f"{human_size(size)} / {cmp['algbw_GBps']:.1f} GB/s ({human_time(cmp['bandwidth_s'])}); simulated "
+              f"{human_time(run.time)}, {cmp['ratio']:.2f}x NCCL's model")
     for why in cmp["why"]:
         print(f"  differs    {why}")
     if run.simulated != run.nccl:

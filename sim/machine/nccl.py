@@ -22,7 +22,6 @@ their chunks in step order, where dataflow's fair sharing would run them all at 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from algorithms import registry
@@ -33,6 +32,7 @@ from sim.engine.protocols import ProtocolModel, apply
 from sim.machine.nccl_tuning import (
     CHOICES,
     NcclChoice,
+    NcclRun,
     choose,
     graphs,
     latency_factors,
@@ -43,6 +43,9 @@ from sim.machine.nccl_tuning import (
 from sim.machine.nccl_versions import version
 from sim.topology.gpus import node_size, system_of
 from sim.topology.graph import Topology
+
+P2P_KINDS = ("alltoall", "sendrecv")
+"""Collectives NCCL runs as point-to-point (``sim.machine.nccl_p2p``)."""
 
 __all__ = ["CHOICES", "PIPELINE_MODES", "NcclChoice", "NcclRun", "choose", "compare", "model_channels",
            "simulate_nccl", "tuning"]
@@ -139,23 +142,6 @@ def _params(kind: Kind, name: str, topology: Topology, size: float, protocol: st
     return out
 
 
-@dataclass
-class NcclRun:
-    """A simulated NCCL call: NCCL's pick (``nccl``), the pair simulated (``simulated``, the same unless the pick
-    has no schedule here), the schedule's registry name, the protocol model, and the engine's result."""
-
-    nccl: NcclChoice
-    simulated: NcclChoice
-    schedule: str
-    model: ProtocolModel
-    result: Any
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def time(self) -> float:
-        return float(self.result.time)
-
-
 def protocol_model(choice: NcclChoice, kind: Kind, topology: Topology,
                    nccl_version: str | None = None) -> ProtocolModel:
     """The engine's view of ``choice``: the release's latencies (base at launch, ``hwLat`` per step, half per
@@ -200,6 +186,13 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
     from sim.engine.reference import simulate
 
     options = EngineOptions.of(options if options is not None else EngineOptions(launch=None), **engine)
+    if str(getattr(kind, "value", kind)) in P2P_KINDS:
+        from sim.machine.nccl_p2p import simulate_p2p
+
+        if algo not in (None, "p2p") or proto is not None:
+            raise ValueError(f"{kind}: NCCL runs point-to-point (algo=p2p), its protocol by message size")
+        return simulate_p2p(str(getattr(kind, "value", kind)), topology, size, options=options,
+                            nccl_version=nccl_version)
     kind = Kind(kind)
     pick = choose(kind, topology, size, algo=algo, proto=proto, nccl_version=nccl_version)
     notes: list[str] = []
@@ -246,7 +239,6 @@ def compare(run: NcclRun, kind: Kind | str, topology: Topology, size: float) -> 
     why: another pair simulated than NCCL runs; the latency part (NCCL's per-call latency against the simulation's
     launch and per-hop steps, which it pays per pipeline stage); or the bandwidth part (NCCL's graph rate, its
     channels x speed, against the links' rates the simulation prices every transfer at)."""
-    kind = Kind(kind)
     pick = run.nccl
     latency = pick.latency_us * 1e-6
     bw_term = max(pick.time_s - latency, 0.0)
@@ -256,6 +248,10 @@ def compare(run: NcclRun, kind: Kind | str, topology: Topology, size: float) -> 
                            "algbw_GBps": pick.algbw_GBps, "time_s": pick.time_s, "simulated_s": run.time,
                            "ratio": ratio, "why": []}
     why: list[str] = out["why"]
+    if pick.algorithm == "p2p":
+        why.append("NCCL's tuning has no model of point-to-point (send/recv and all-to-all are scheduled on its p2p "
+                   "channels without ncclTopoGetAlgoTime): only the simulated time")
+        return out
     if abs(ratio - 1) <= AGREEMENT:
         return out
     if run.simulated.algorithm != pick.algorithm or run.simulated.protocol != pick.protocol:

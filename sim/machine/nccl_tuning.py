@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from algorithms.ir import Kind
-from sim.engine.protocols import PROTOCOLS, parse_protocol
+from sim.engine.protocols import PROTOCOLS, ProtocolModel, parse_protocol
 from sim.machine.nccl_versions import NcclVersion, version
 from sim.topology.gpus import GpuSystem, fabric_of, node_size, system_of
 from sim.topology.graph import Topology
 
-__all__ = ["CHOICES", "NcclChoice", "NcclGraphs", "choose", "graphs", "latency_factors", "model_channels",
+__all__ = ["CHOICES", "NcclChoice", "NcclGraphs", "NcclRun", "choose", "graphs", "latency_factors", "model_channels",
            "model_time", "ring_search", "topology_version", "tuning"]
 
 CHOICES = ("ring", "tree", "pat", "nvls", "nvls_tree")
@@ -170,6 +170,24 @@ class NcclChoice:
     time_s: float
     channels: int
     version: str = ""
+
+
+@dataclass
+class NcclRun:
+    """A simulated NCCL call: NCCL's pick (``nccl``), the pair simulated (``simulated``, the same unless the pick
+    has no schedule here), the schedule's registry name, the protocol model, and the engine's result."""
+
+    nccl: NcclChoice
+    simulated: NcclChoice
+    schedule: str
+    model: ProtocolModel
+    result: Any
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def time(self) -> float:
+        return float(self.result.time)
+
 
 
 _ALGOS: Mapping[Kind, tuple[str, ...]] = {

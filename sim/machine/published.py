@@ -138,6 +138,10 @@ def from_nccl_tests(path: str | Path) -> Table:
     header["collective"] = str(t.collective)
     if t.nccl_version and "nccl_version" not in header:
         header["nccl_version"] = t.nccl_version
+    if t.ranks and "ranks" not in header:
+        header["ranks"] = str(t.ranks)
+    if t.ranks and t.nodes and t.gpus_per_node and "nodes_x_gpus" not in header:
+        header["nodes_x_gpus"] = f"{t.nodes}x{t.gpus_per_node}"
     # A forced algorithm shows in the log as NCCL prints it with NCCL_DEBUG=INFO ("NCCL INFO NCCL_ALGO set by
     # environment to Ring") or as the variable itself (a launcher echoing NCCL_ALGO=Ring).
     m = re.search(r"NCCL_ALGO(?:=| set by environment to )\s*(\w+)", nccl_tests.read_text(path))

@@ -46,3 +46,34 @@ def test_nccls_prediction_beside_the_simulated_time(capsys: pytest.CaptureFixtur
                      "--nccl-version", "2.26", "--no-progress", "--bound", "no"]) == 0
     text = capsys.readouterr().out
     assert "NCCL 2.26 runs nvls_tree/Simple" in text and "NCCL's model" in text and "differs" in text
+
+
+def test_point_to_point(capsys: pytest.CaptureFixture[str]) -> None:
+    # all-to-all on 2 DGX H100 at 1 GiB per rank: every GPU sends 8/16 of its input to the other node through its
+    # rail's NIC (with PXN the 7 cross-rail peers' shares leave through their rail's GPU), 512 MiB at 0.94 x 50 GB/s
+    args = ["simulate", "-c", "alltoall", "-a", "nccl", "-t", "dgx-h100:2", "-s", "1GiB", "--json", "--bound", "no",
+            "--no-progress"]
+    assert cli_main(args) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["nccl"]["algorithm"], got["nccl"]["protocol"]) == ("p2p", "Simple")
+    assert got["time_s"] == pytest.approx(2**29 / 47e9, rel=0.01)
+    assert "no model of point-to-point" in got["nccl_model"]["why"][0]
+    # 1 KiB: 64 B a peer, LL (up to 16 KiB a message)
+    assert cli_main([*args[:8], "1KiB", *args[9:]]) == 0
+    assert json.loads(capsys.readouterr().out)["nccl"]["protocol"] == "LL"
+
+
+def test_pxn_routes_cross_nvlink_to_the_destinations_rail() -> None:
+    from sim.machine.nccl_p2p import pxn_routes, simulate_p2p
+    from sim.topology import from_spec
+
+    t = from_spec("dgx-h100:2")
+    routes = pxn_routes(t)
+    assert routes[(1, 10)] == (1, "node0", 2, "rail2", 10)
+    assert (1, 9) not in routes and (1, 2) not in routes  # same rail, same node: the preset's own routes
+    # send/recv 7 -> 8 crosses from rail 7 to rail 0: through GPU 0's NIC with PXN, through the spine without; one
+    # NIC either way at 1 GiB
+    with_pxn = simulate_p2p("sendrecv", t, 2**30)
+    without = simulate_p2p("sendrecv", t, 2**30, pxn=False)
+    assert with_pxn.time == pytest.approx(2**30 / 47e9, rel=0.01) and without.time == pytest.approx(with_pxn.time,
+                                                                                                     rel=0.01)

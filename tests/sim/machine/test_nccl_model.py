@@ -10,7 +10,7 @@ import pytest
 
 from sim.cli import main as cli_main
 from sim.machine.nccl import choose, simulate_nccl
-from sim.machine.published import load_table, score
+from sim.machine.published import Table, load_table, score
 from sim.topology import from_spec
 from sim.topology.gpus import node_size
 
@@ -100,7 +100,7 @@ def test_hierarchical_groups_by_node(capsys: pytest.CaptureFixture[str]) -> None
     assert default == pytest.approx(8.4e-6 + 14 * 3.4e-6 + 2 * 14e-6, rel=0.01)
 
 
-def _table(name: str):  # type: ignore[no-untyped-def]
+def _table(name: str) -> Table:
     return load_table(PUBLISHED / name)
 
 
