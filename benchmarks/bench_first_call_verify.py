@@ -11,11 +11,14 @@ Two tables.
    file read) and in memory (``memory``: a later call of the process, by identity). Medians of ``--repeats``.
 2. **First calls, launched** on ``--nproc`` local ranks with ``init_process_group("collsched")`` (the C++
    backend where it builds): each launch issues the first call of every (kind, size) of ``CALLS`` once, every
-   rank waiting on a gloo barrier before each, and records the slowest rank's time of each call. Launches
-   alternate between three settings: ``off`` (``COLLSCHED_VERIFY=0``), ``cold`` (verification with an empty
-   verdict directory) and ``disk`` (the directory a first launch filled). The table prints each call's median
-   over ``--launches`` launches per setting, and the sum of the first calls of a launch (median over launches),
-   with the ratios cold/off and disk/off: the goal is at most 1.10 at 8 ranks.
+   rank waiting on a gloo barrier before each, and records the slowest rank's time of each call and the time
+   each rank spent in ``verified.require``. Launches run in rounds of three settings, back to back:
+   ``off`` (``COLLSCHED_VERIFY=0``), ``cold`` (verification with an empty verdict directory) and ``disk`` (the
+   directory a first launch filled). The table prints each call's median over ``--launches`` rounds, the sum
+   of a launch's first calls, the ratio of each setting's sum to ``off``'s in the same round (median over
+   rounds: the goal is at most 1.10 at 8 ranks), and verification's own share of the launch's first calls,
+   measured inside the ranks (what the ratio would be on a quiet machine: the machine's load moves whole
+   launches by 2x, far more than verification costs).
 
 Every launch is a new set of processes, so nothing is in memory at its first call: what the table shows is what
 a training job pays at its first collectives.
@@ -144,10 +147,24 @@ def _call(kind: str, nbytes: int, rank: int, world: int) -> None:
         raise ValueError(kind)
 
 
-def first_calls(rank: int, calls: tuple[tuple[str, int], ...]) -> list[float]:
-    """One launch's rank: the time of each call, the first of its signature in this process."""
+def first_calls(rank: int, calls: tuple[tuple[str, int], ...]) -> tuple[list[float], float]:
+    """One launch's rank: the time of each call, the first of its signature in this process, and the time spent
+    in ``verified.require`` during them (every caller reaches it through the module's attribute)."""
     import torch.distributed as dist
 
+    from runners.execution import verified
+
+    spent = [0.0]
+    require = verified.require
+
+    def timed(*args: Any, **kwargs: Any) -> None:
+        start = time.perf_counter()
+        try:
+            require(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    verified.require = timed
     world = dist.get_world_size()
     sync = dist.new_group(backend="gloo")
     times = []
@@ -158,15 +175,19 @@ def first_calls(rank: int, calls: tuple[tuple[str, int], ...]) -> list[float]:
         times.append(time.perf_counter() - start)
     dist.barrier(group=sync)
     dist.destroy_process_group(sync)
-    return times
+    return times, spent[0]
 
 
-def launch_table(nproc: int, launches: int) -> dict[str, list[list[float]]]:
-    """Table 2: per setting, per launch, the slowest rank's time of each first call."""
+SETTINGS = ("off", "cold", "disk")
+
+
+def launch_table(nproc: int, launches: int) -> dict[str, list[tuple[list[float], float]]]:
+    """Table 2: per setting, per launch, the slowest rank's time of each first call, and the most time one rank
+    spent verifying in that launch. Launches run in rounds of the three settings, back to back."""
     from runners.commands.launch import spawn
     from runners.execution import verified
 
-    out: dict[str, list[list[float]]] = {"off": [], "cold": [], "disk": []}
+    out: dict[str, list[tuple[list[float], float]]] = {name: [] for name in SETTINGS}
     with tempfile.TemporaryDirectory() as tmp:
         warm = str(Path(tmp) / "warm")
         settings = {"off": {verified.ENV_VERIFY: "0"}, "cold": {verified.ENV_VERIFY: "1"},
@@ -176,8 +197,7 @@ def launch_table(nproc: int, launches: int) -> dict[str, list[list[float]]]:
             os.environ.update(settings["disk"])
             spawn(first_calls, nproc, CALLS, backend="collsched")  # fills the warm directory (not counted)
             for i in range(launches):
-                order = ["off", "cold", "disk"]
-                order = order[i % 3:] + order[:i % 3]  # each setting goes first, second and third in turn
+                order = list(SETTINGS[i % 3:] + SETTINGS[:i % 3])  # each setting first, second and third in turn
                 for name in order:
                     for k in saved:
                         os.environ.pop(k, None)
@@ -185,8 +205,9 @@ def launch_table(nproc: int, launches: int) -> dict[str, list[list[float]]]:
                     if name == "cold":
                         os.environ[verified.ENV_VERIFY_CACHE] = tempfile.mkdtemp(dir=tmp)
                     per_rank = spawn(first_calls, nproc, CALLS, backend="collsched")
-                    out[name].append([max(ts) for ts in zip(*per_rank, strict=True)])
-                    print(f"  launch {i + 1}/{launches} {name}: {sum(out[name][-1]) * 1e3:.0f} ms", file=sys.stderr,
+                    slowest = [max(ts) for ts in zip(*(r[0] for r in per_rank), strict=True)]
+                    out[name].append((slowest, max(r[1] for r in per_rank)))
+                    print(f"  launch {i + 1}/{launches} {name}: {sum(slowest) * 1e3:.0f} ms", file=sys.stderr,
                           flush=True)
         finally:
             for k, v in saved.items():
@@ -195,6 +216,27 @@ def launch_table(nproc: int, launches: int) -> dict[str, list[list[float]]]:
                 else:
                     os.environ[k] = v
     return out
+
+
+def print_launches(nproc: int, got: dict[str, list[tuple[list[float], float]]]) -> None:
+    launches = len(got["off"])
+    print(f"\n## First calls on {nproc} ranks, collsched backend (ms; slowest rank; median of {launches} launches "
+          "per setting)")
+    print(f"{'call':22s} {'off':>8s} {'cold':>8s} {'disk':>8s}")
+    for i, (kind, nbytes) in enumerate(CALLS):
+        med = {k: statistics.median(launch[0][i] for launch in v) for k, v in got.items()}
+        print(f"{f'{kind} {nbytes} B':22s} {_ms(med['off']):>8s} {_ms(med['cold']):>8s} {_ms(med['disk']):>8s}")
+    sums = {k: [sum(launch[0]) for launch in v] for k, v in got.items()}
+    print(f"{'all first calls':22s} " + " ".join(f"{_ms(statistics.median(sums[k])):>8s}" for k in SETTINGS))
+    print("range of the sums (ms): " + ", ".join(f"{k} {_ms(min(v))}-{_ms(max(v))}" for k, v in sums.items()))
+    for name in ("cold", "disk"):
+        ratios = [a / b for a, b in zip(sums[name], sums["off"], strict=True)]
+        share = [launch[1] / sum(launch[0]) for launch in got[name]]
+        verify_ms = [launch[1] * 1e3 for launch in got[name]]
+        print(f"{name}: sum {name}/off paired by round, median {statistics.median(ratios):.3f} "
+              f"(range {min(ratios):.2f}-{max(ratios):.2f}); time in verified.require on the rank that spent most, "
+              f"median {statistics.median(verify_ms):.1f} ms = {100 * statistics.median(share):.1f}% of the launch's "
+              f"first calls (range {100 * min(share):.1f}-{100 * max(share):.1f}%)")
 
 
 def _ms(seconds: float) -> str:
@@ -218,19 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['kind']:14s} {r['algorithm']:22s} {r['p']:3d} {r['transfers']:9d} {_ms(r['cold']):>9s} "
               f"{_ms(r['disk']):>7s} {_ms(r['memory']):>7s}")
     for nproc in args.nproc:
-        got = launch_table(nproc, args.launches)
-        print(f"\n## First calls on {nproc} ranks, collsched backend (ms; slowest rank; median of {args.launches} "
-              "launches per setting)")
-        print(f"{'call':22s} {'off':>8s} {'cold':>8s} {'disk':>8s} {'cold/off':>8s} {'disk/off':>8s}")
-        for i, (kind, nbytes) in enumerate(CALLS):
-            med = {k: statistics.median(launch[i] for launch in v) for k, v in got.items()}
-            print(f"{f'{kind} {nbytes} B':22s} {_ms(med['off']):>8s} {_ms(med['cold']):>8s} {_ms(med['disk']):>8s} "
-                  f"{med['cold'] / med['off']:8.2f} {med['disk'] / med['off']:8.2f}")
-        total = {k: statistics.median(sum(launch) for launch in v) for k, v in got.items()}
-        spread = {k: (min(sum(la) for la in v), max(sum(la) for la in v)) for k, v in got.items()}
-        print(f"{'all first calls':22s} {_ms(total['off']):>8s} {_ms(total['cold']):>8s} {_ms(total['disk']):>8s} "
-              f"{total['cold'] / total['off']:8.2f} {total['disk'] / total['off']:8.2f}")
-        print("range of the sums (ms): " + ", ".join(f"{k} {_ms(lo)}-{_ms(hi)}" for k, (lo, hi) in spread.items()))
+        print_launches(nproc, launch_table(nproc, args.launches))
     return 0
 
 

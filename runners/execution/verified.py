@@ -12,8 +12,9 @@ operations and transfer columns; the name is left out), so it is paid
 
 - once per process: verdicts, good and bad, are remembered in memory (and the schedule objects last seen,
   by identity, so that a cache hit does not even hash);
-- once per machine for a schedule of at least ``DISK_FROM`` transfers that verifies (a smaller one verifies
-  in about a millisecond, less than creating a file costs): its digest is written under
+- once per machine for a schedule that verifies and whose verification is work (``work``: at least
+  ``DISK_FROM``; a smaller one verifies in about a millisecond, less than creating a file costs): its digest
+  is written under
   ``$COLLSCHED_VERIFY_CACHE/<verifier>/`` (default ``$COLLSCHED_CACHE/verified``, under the native build's
   root ``~/.cache/collsched``), where ``<verifier>`` hashes the verifier's own sources, so a changed
   verifier starts afresh. A
@@ -42,16 +43,16 @@ from algorithms.ir import Schedule
 from runners.errors import InputError
 
 __all__ = ["DISK_FROM", "ENV_VERIFY", "ENV_VERIFY_CACHE", "SHOWN", "UnverifiedSchedule", "cache_dir",
-           "clear_memory", "digest", "enabled", "require", "stats", "warn_unverified"]
+           "clear_memory", "digest", "enabled", "require", "stats", "warn_unverified", "work"]
 
 ENV_VERIFY = "COLLSCHED_VERIFY"
 ENV_CACHE = "COLLSCHED_CACHE"  # the native build's root too (runners.execution.native)
 ENV_VERIFY_CACHE = "COLLSCHED_VERIFY_CACHE"
 SHOWN = 5
 """Violations listed in the error (then how many more)."""
-DISK_FROM = 1024
-"""Transfers from which a verdict is looked up and kept on disk: below, verifying (0.1-3 ms measured by
-benchmarks/bench_first_call_verify.py) costs about what the file does."""
+DISK_FROM = 16384
+"""``work`` from which a verdict is looked up and kept on disk: below, verifying (0.05-1 ms measured by
+benchmarks/bench_first_call_verify.py) costs about what the file does (0.1 ms to read, 1-2 ms to write)."""
 _FORMAT = "collsched.verified/1"
 _VERIFIER_SOURCES = ("verifier.py", "semantics.py", "fast.py", "report.py")
 _IDENTITY_SIZE = 64
@@ -98,6 +99,11 @@ def digest(schedule: Schedule) -> str:
         h.update(f"|{a.dtype.str}{a.shape}|".encode())
         h.update(a.data)
     return h.hexdigest()
+
+
+def work(schedule: Schedule) -> int:
+    """The verifier's work, roughly: chunks moved (summed over transfers) times p (what a slot's contents hold)."""
+    return int(schedule.columns().count.sum()) * schedule.ranks
 
 
 def _verifier() -> str:
@@ -193,7 +199,7 @@ def require(schedule: Schedule, source: str | None = None) -> None:
             return
         key = digest(schedule)
         verdict: Any = _verdicts.get(key, False)
-        disk = schedule.num_transfers >= DISK_FROM
+        disk = work(schedule) >= DISK_FROM
         if verdict is not False:
             _stats["memory"] += 1
         elif disk and _on_disk(key):
