@@ -89,10 +89,15 @@ def _cmd(args: argparse.Namespace) -> int:
         write_table(table, args.table)
         outputs["table"] = args.table
     ok = statuses.get("error", 0) == 0 and statuses.get("incorrect", 0) == 0
+    codes = report.codes()
+    if len(codes) > 1 and not args.json:
+        print(f"collsched campaign: warning: the rows were computed by {len(codes)} versions of the algorithms/sim "
+              f"sources ({', '.join(f'{n:,} by {c}' for c, n in codes.items())}): the source tree changed between "
+              "runs; a fresh --store recomputes them all with one", file=sys.stderr)
     if args.json:
         from dataclasses import asdict
 
-        print(json.dumps({"ok": ok, **out, "statuses": statuses, "missing": report.missing,
+        print(json.dumps({"ok": ok, **out, "statuses": statuses, "missing": report.missing, "codes": codes,
                           "winners": [asdict(w) for w in report.winners], "outputs": outputs}))
     else:
         _print(report, statuses, out, outputs)

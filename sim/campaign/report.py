@@ -25,7 +25,7 @@ __all__ = ["CSV_COLUMNS", "Report", "Winner", "heatmaps", "load_report", "write_
 
 CSV_COLUMNS = ("key", "collective", "variant", "algorithm", "params", "topology", "spec", "ranks", "size", "mode",
                "runtime", "status", "time_s", "algbw_GBps", "busbw_GBps", "transfers", "engine", "bound_s",
-               "efficiency", "error", "wall_s")
+               "efficiency", "error", "wall_s", "code")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,15 @@ class Report:
     rows: list[dict[str, Any]]
     winners: list[Winner]
     missing: int
+
+    def codes(self) -> dict[str, int]:
+        """Rows per source hash (``simulate.code_hash``): more than one means the rows were computed by
+        different code (the tree changed during the campaign, or workers run another checkout)."""
+        out: dict[str, int] = {}
+        for r in self.rows:
+            key = r.get("code") or "?"
+            out[key] = out.get(key, 0) + 1
+        return out
 
     def statuses(self) -> dict[str, int]:
         out: dict[str, int] = {}

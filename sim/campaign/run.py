@@ -30,7 +30,9 @@ TASK_SECONDS = 0.5
 kill loses little and the progress bar moves."""
 MAX_TASK = 256
 SAMPLE = 12
-"""Configurations the estimate times here (after one that warms the caches), spread over the missing ones."""
+"""Configurations the estimate times here (after one that warms the imports), in runs of ``RUN`` neighbours
+spread over the missing ones."""
+RUN = 3
 
 
 @dataclass(frozen=True)
@@ -212,23 +214,36 @@ def run_campaign(campaign: Campaign, store: Store, *, workers: int | None = None
 
 def _sample(campaign: Campaign, missing: Sequence[str], by_key: Mapping[str, Mapping[str, Any]], total: int,
             workers: int, sample: int, sink: Any) -> tuple[Estimate, list[str]]:
-    """Compute one configuration (caches warm), then ``sample`` spread over ``missing``, here; the estimate
-    and the keys left."""
+    """Compute one configuration (the imports warm), then ``sample`` more here, in runs of ``RUN`` neighbours
+    spread over ``missing``; the estimate and the keys left.
+
+    Neighbours share a topology and a schedule (sizes vary fastest), which a worker builds once for all
+    the sizes: the first of a run prices a cold configuration, the others warm ones, and a configuration
+    is expected to cost the warm time plus the cold excess shared by the campaign's sizes."""
     from sim.campaign.simulate import run_chunk
 
-    picks = [missing[0]]
+    sink(run_chunk([(missing[0], by_key[missing[0]])], campaign.imports))
     rest = missing[1:]
-    k = min(sample, len(rest))
-    if k:
-        idx = sorted({round(i * (len(rest) - 1) / max(1, k - 1)) for i in range(k)})
-        picks += [rest[i] for i in idx]
-    sink(run_chunk([(picks[0], by_key[picks[0]])], campaign.imports))
-    t = time.perf_counter()
-    timed = picks[1:]
-    if timed:
-        sink(run_chunk([(key, by_key[key]) for key in timed], campaign.imports))
-    each = (time.perf_counter() - t) / len(timed) if timed else 0.0
-    done = set(picks)
-    est = Estimate(total=total, missing=len(missing), sampled=len(picks), seconds_each=each, workers=workers,
+    runs = max(1, min(sample, len(rest)) // RUN)
+    starts = sorted({round(i * max(0, len(rest) - RUN) / max(1, runs - 1)) for i in range(runs)})
+    picks: list[list[str]] = []
+    taken: set[str] = set()
+    for i in starts:
+        run = [k for k in rest[i:i + RUN] if k not in taken]
+        taken.update(run)
+        if run:
+            picks.append(run)
+    cold: list[float] = []
+    warm: list[float] = []
+    for run in picks:
+        for j, key in enumerate(run):
+            t = time.perf_counter()
+            sink(run_chunk([(key, by_key[key])], campaign.imports))
+            (cold if j == 0 else warm).append(time.perf_counter() - t)
+    c = sum(cold) / len(cold) if cold else 0.0
+    w = sum(warm) / len(warm) if warm else c
+    each = w + max(0.0, c - w) / max(1, len(campaign.sizes))
+    done = {missing[0], *taken}
+    est = Estimate(total=total, missing=len(missing), sampled=len(done), seconds_each=each, workers=workers,
                    worker_bytes=_peak_rss())
     return est, [key for key in missing if key not in done]

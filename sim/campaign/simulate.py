@@ -25,15 +25,35 @@ from algorithms import registry
 from algorithms.errors import CollschedError
 from algorithms.ir import Kind
 
-__all__ = ["STATUSES", "run_chunk", "simulate_config"]
+__all__ = ["STATUSES", "code_hash", "run_chunk", "simulate_config"]
 
 STATUSES = ("ok", "incorrect", "unsupported", "error")
 """A row's status: simulated and correct; simulated but its postcondition broken; the algorithm cannot serve
 the topology's world (not a failure: the reason is kept); anything raised (the error text is kept)."""
 
 _CACHE_SIZE = 64
+_code: str | None = None
 _caches: dict[str, OrderedDict[str, Any]] = {}
 _imported: set[str] = set()
+
+
+def code_hash() -> str:
+    """sha256 (16 hex digits) of the ``algorithms`` and ``sim`` sources this process loaded from, once: stored
+    with each row, so that rows computed by different code (a source tree edited during a campaign, another
+    checkout on a Dask worker) can be told apart (``report.Report.codes``)."""
+    global _code
+    if _code is None:
+        import hashlib
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[2]
+        h = hashlib.sha256()
+        for pkg in ("algorithms", "sim"):
+            for f in sorted((root / pkg).rglob("*.py")):
+                h.update(str(f.relative_to(root)).encode())
+                h.update(f.read_bytes())
+        _code = h.hexdigest()[:16]
+    return _code
 
 
 def _cached(kind: str, key: str, make: Callable[[], Any]) -> Any:
@@ -131,6 +151,7 @@ def _error_text(e: BaseException) -> str:
 
 def _done(row: dict[str, Any], t0: float) -> dict[str, Any]:
     row["wall_s"] = time.perf_counter() - t0
+    row["code"] = code_hash()
     return row
 
 

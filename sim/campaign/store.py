@@ -8,7 +8,8 @@ Tables:
   (``collective``, ``algorithm``, ``params`` as run, ``topology`` SPEC, ``ranks``, ``size``, ``mode``,
   ``runtime`` as resolved); the outcome (``status``: ok, incorrect, unsupported or error; ``time_s``,
   ``algbw_GBps``, ``busbw_GBps``, ``transfers``, ``engine``, ``bound_s``, ``efficiency``, ``error``); and
-  how it was computed (``wall_s``, ``run_id``, ``finished``);
+  how it was computed (``wall_s``, ``run_id``, ``finished``, and ``code``: a hash of the ``algorithms`` and
+  ``sim`` sources that computed it, ``simulate.code_hash``);
 - ``runs``: one row per ``collsched campaign`` that computed anything: its executor and workers, the
   configurations it had to compute (``planned``) and those it stored (``stored``), and how it ended.
 
@@ -62,7 +63,8 @@ CREATE TABLE IF NOT EXISTS results (
     error TEXT,
     wall_s REAL,
     run_id INTEGER,
-    finished REAL NOT NULL
+    finished REAL NOT NULL,
+    code TEXT
 );
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
@@ -141,7 +143,7 @@ class Store:
             values.append((key, json.dumps(config, sort_keys=True), version, config["collective"],
                            config["algorithm"], row.get("params"), config["topology"]["spec"], row.get("ranks"),
                            int(config["size"]), config["mode"], row.get("runtime"),
-                           *(row.get(c) for c in RESULT_COLUMNS), row.get("wall_s"), run_id, now))
+                           *(row.get(c) for c in RESULT_COLUMNS), row.get("wall_s"), run_id, now, row.get("code")))
         marks = ", ".join("?" * len(values[0])) if values else ""
         errors = sum(1 for _k, _c, r in rows if r.get("status") == "error")
         with self._transaction():

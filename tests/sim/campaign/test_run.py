@@ -96,12 +96,12 @@ def test_killed_halfway_and_resumed_computes_nothing_twice(reference: tuple[Path
 
 
 def test_dask_localcluster_gives_the_pool_s_rows(reference: tuple[Path, Path], tmp_path: Path) -> None:
-    from distributed import Client, LocalCluster
+    from distributed import LocalCluster
 
     file, ref = reference
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client, Store(tmp_path / "dask.sqlite") as s:
-        summary = run_campaign(load_campaign(file), s, client=client, progress=False)
+            Store(tmp_path / "dask.sqlite") as s:  # by its address, as --scheduler ADDRESS
+        summary = run_campaign(load_campaign(file), s, scheduler=cluster.scheduler_address, progress=False)
     assert summary.executor == "dask" and summary.workers == 2 and summary.computed == N
     assert _results(tmp_path / "dask.sqlite") == _results(ref)
 
