@@ -37,19 +37,29 @@ from algorithms.ir import Buf, Kind
 from runners.backend.policy import P2P, schedule
 from runners.errors import RunError
 from runners.execution import native, runner
-from runners.execution.arguments import OP_NAMES, REDUCING, parse_rows, salt_shift, segments, stall_seconds, stalled
+from runners.execution.arguments import (
+    OP_NAMES,
+    REDUCING,
+    SIGNATURE_CACHE,
+    parse_rows,
+    salt_shift,
+    segments,
+    signature_cache,
+    stall_seconds,
+    stalled,
+)
 from runners.execution.executors import Context
 from runners.execution.plan import RankPlan
 from sim import units
 
-__all__ = ["ENV_BACKEND", "ENV_INLINE", "INLINE_BYTES", "KINDS", "Core", "group_of", "inline_bytes", "unavailable",
-           "wrap"]
+__all__ = ["ENV_BACKEND", "ENV_INLINE", "INLINE_BYTES", "KINDS", "SIGNATURE_CACHE", "Core", "group_of",
+           "inline_bytes", "signature_cache", "unavailable", "wrap"]
 
 ENV_BACKEND = "COLLSCHED_BACKEND"
 ENV_INLINE = "COLLSCHED_INLINE_BYTES"
 INLINE_BYTES = 256 << 10
-"""Default of ``COLLSCHED_INLINE_BYTES``: native collectives up to this size (the larger of input and output)
-run in the calling thread when the group's worker is idle (docs/backend.md, "The C++ backend")."""
+"""Default of ``COLLSCHED_INLINE_BYTES``: synchronous native collectives up to this size (the larger of input and
+output) run in the calling thread once the group's queue has drained (docs/backend.md, "The C++ backend")."""
 KINDS = (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCE, Kind.ALLGATHER, Kind.REDUCESCATTER, Kind.ALLTOALL,
          Kind.BARRIER)
 """The kinds backend.h serves natively, in its ``Kind`` enum's order."""
@@ -87,11 +97,26 @@ class _Prepared:
 
 
 class Core:
-    """The Python side of one C++ backend: plans on a signature miss, the Python bodies, errors."""
+    """The Python side of one C++ backend: plans on a signature miss, the Python bodies, errors.
+
+    The plans of prepared signatures are kept by index (``Spec.index``) for as long as C++ holds their Spec:
+    C++ keeps at most ``signature_cache()`` signatures (``SIGNATURE_CACHE``, the one bound of both sides), and
+    when it empties its cache it tells ``forget`` which indices no call holds any more (at its next miss).
+    """
 
     def __init__(self, group: Any) -> None:
         self.group = group
-        self._prepared: list[_Prepared] = []
+        self._prepared: dict[int, _Prepared] = {}
+        self._next = 0
+
+    def forget(self, indices: Sequence[int]) -> None:
+        """Drop the plans of Specs C++ evicted and no longer holds (called from C++ at a miss)."""
+        for index in indices:
+            self._prepared.pop(int(index), None)
+
+    def prepared_count(self) -> int:
+        """How many prepared signatures' plans this side holds (at most the bound, plus any a queued call holds)."""
+        return len(self._prepared)
 
     # ------------------------------------------------------------------ a signature miss (called from C++)
 
@@ -130,7 +155,9 @@ class Core:
         s = -(-n // c)
         padded = s * c != n
         compiled = native.NativePlan(plan)
-        self._prepared.append(_Prepared(plan, compiled))
+        index = self._next
+        self._next += 1
+        self._prepared[index] = _Prepared(plan, compiled)
         return native.load().Spec(
             plan=compiled.compiled, s=s, n=n, c=c,
             in_segs=segments(sched, rank, Buf.INPUT) if kind is not Kind.BARRIER else 0,
@@ -142,7 +169,7 @@ class Core:
             dataflow=prepared.executor == "dataflow",
             divide=OP_NAMES[prepared.op] == "AVG" and kind in REDUCING and (kind is not Kind.REDUCE or rank == root),
             clone_input=kind is Kind.REDUCE and rank != root, barrier=kind is Kind.BARRIER,
-            label=label, index=len(self._prepared) - 1,
+            label=label, index=index,
             checked=bool(self.group._check), row=prepared.row, shift=salt_shift(sched),
             first_check=prepared.check)
 
@@ -154,10 +181,12 @@ class Core:
             raise stalled(plan.schedule, parse_rows(text), g.size())
         if status == 3 or item < 0:
             raise RunError(f"rank {plan.rank}: {plan.schedule.name}: native executor: {text}")
-        error: BaseException = TimeoutError(text) if status == 2 else RuntimeError(text)
         deadline = time.monotonic() if late else math.inf
         ctx = Context(plan, cast(Any, None), g._inner["cpu"], list(g._global_ranks), cast(Any, None), seconds,
                       deadline)
+        if status == native.PEER_FAILED:
+            raise ctx.abandoned(plan.items[item], text)
+        error: BaseException = TimeoutError(text) if status == 2 else RuntimeError(text)
         raise ctx.failure(plan.items[item], error)
 
     # ------------------------------------------------------------------ the Python path (called from C++)
@@ -200,7 +229,7 @@ def wrap(group: Any) -> Any:
     core = Core(group)
     inner = group._inner["cpu"]
     return module.make_backend(group.rank(), group.size(), core, inner, group._timeout.total_seconds(), counts, True,
-                               native.group_store(inner), stall_seconds(), inline_bytes())
+                               native.group_store(inner), stall_seconds(), inline_bytes(), signature_cache())
 
 
 def group_of(pg: Any = None) -> Any:

@@ -6,8 +6,10 @@ the order they were issued. See ``runners.backend.group`` for ordering, errors a
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -61,8 +63,9 @@ class CollschedWork(dist.Work):
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         """Block until the collective has run; raise its error; make the current CUDA stream wait for it."""
         seconds = timeout.total_seconds() if timeout else 0.0
+        deadline = time.monotonic() + seconds if seconds > 0 else math.inf
         if not self._state.done.is_set() and self._queue is not None and self._queue.on_worker():
-            self._queue.run_until(self._state)
+            self._queue.run_until(self._state, deadline)
         if not self._state.done.wait(seconds if seconds > 0 else None):
             raise TimeoutError(f"collsched {self._what} did not complete within {timeout}")
         if self._state.error is not None:
@@ -147,14 +150,16 @@ class IssueQueue:
         """True on the worker thread itself, e.g. inside a callback chained on a collective's future."""
         return threading.current_thread() is self._thread
 
-    def run_until(self, state: JobState) -> None:
-        """On the worker thread, run queued jobs inline, in order, until ``state``'s job is done.
+    def run_until(self, state: JobState, deadline: float = math.inf) -> None:
+        """On the worker thread, run queued jobs inline, in order, until ``state``'s job is done, or until
+        ``deadline`` (``time.monotonic()``) has passed, checked between jobs (a job running is bounded by its
+        own collective's time limit); the caller's wait then times out.
 
         A callback chained with ``get_future().then(...)`` runs on the worker
         thread; if it waits for a collective it issued itself, the worker
         must run that collective or it would wait for itself forever.
         """
-        while not state.done.is_set():
+        while not state.done.is_set() and time.monotonic() < deadline:
             item = self._jobs.get()
             if item is None:
                 self._jobs.put(None)

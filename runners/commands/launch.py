@@ -142,6 +142,7 @@ def _child(rank: int, nprocs: int, port: int, backend: str, timeout: float | Non
         torch.set_num_threads(1)  # as torchrun does for several processes per node
     try:
         init(backend, timeout=timeout)
+        _started(dist, nprocs, timeout)
         value = fn(rank, *args)
         results.put((rank, True, value, None))
     except BaseException as e:  # report everything, including KeyboardInterrupt, to the parent
@@ -150,6 +151,18 @@ def _child(rank: int, nprocs: int, port: int, backend: str, timeout: float | Non
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _started(dist: Any, nprocs: int, timeout: float | None) -> None:
+    """Wait until every rank's group is made: a rank whose ``fn`` returns at once must not destroy its group
+    (closing its connections) while a peer is still connecting to it (gloo's connectFullMesh then fails,
+    "Connection closed by peer"). Through the store, so no collective runs before ``fn``; up to the group's
+    timeout (a rank whose group failed fails the job anyway)."""
+    store = dist.distributed_c10d._get_default_store()
+    store.add("collsched/launch/started", 1)
+    end = time.monotonic() + (timeout or dist.default_pg_timeout.total_seconds())
+    while store.add("collsched/launch/started", 0) < nprocs and time.monotonic() < end:
+        time.sleep(0.01)
 
 
 def spawn(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str = "gloo", timeout: float = 300.0,

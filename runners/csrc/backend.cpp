@@ -42,7 +42,7 @@ at::Tensor bind_buffer(const Spec& sp, const at::Tensor& user, int64_t segs, boo
 
 Backend::Backend(int rank, int size, py::object core, c10::intrusive_ptr<c10d::ProcessGroup> inner, double seconds,
                  std::shared_ptr<Counts> counts, bool native, c10::intrusive_ptr<c10d::Store> store, double stall_s,
-                 int64_t inline_bytes)
+                 int64_t inline_bytes, int64_t cache_limit)
     : c10d::Backend(rank, size),
       core_(std::move(core)),
       inner_(std::move(inner)),
@@ -52,7 +52,8 @@ Backend::Backend(int rank, int size, py::object core, c10::intrusive_ptr<c10d::P
       counts_(std::move(counts)),
       native_(native),  // false: every call takes the Python path
       inline_bytes_(inline_bytes),
-      queue_(std::make_shared<Queue>("r" + std::to_string(rank))) {}
+      queue_(std::make_shared<Queue>("r" + std::to_string(rank))),
+      cache_limit_(std::max<int64_t>(1, cache_limit)) {}
 
 Backend::~Backend() {
   shutdown();
@@ -87,7 +88,8 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
                                                   const c10d::AllreduceOptions& opts) {
   std::optional<NativeCall> call;
   if (tensors.size() == 1 && simple(tensors[0]) && !opts.sparseIndices.has_value()) {
-    call = native_call(ALLREDUCE, tensors[0], at::Tensor(), {tensors[0]}, op_code(opts.reduceOp), -1, opts.timeout);
+    call = native_call(ALLREDUCE, tensors[0], at::Tensor(), {tensors[0]}, op_code(opts.reduceOp), -1, opts.timeout,
+                       opts.asyncOp);
   }
   return dispatch(OpType::ALLREDUCE, "allreduce", call, "allreduce", tensors, opts);
 }
@@ -96,7 +98,8 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
                                                   const c10d::BroadcastOptions& opts) {
   std::optional<NativeCall> call;
   if (tensors.size() == 1 && simple(tensors[0]) && opts.rootTensor == 0 && valid_root(opts.rootRank)) {
-    call = native_call(BROADCAST, tensors[0], at::Tensor(), {tensors[0]}, 0, opts.rootRank, opts.timeout);
+    call = native_call(BROADCAST, tensors[0], at::Tensor(), {tensors[0]}, 0, opts.rootRank, opts.timeout,
+                       opts.asyncOp);
   }
   return dispatch(OpType::BROADCAST, "broadcast", call, "broadcast", tensors, opts);
 }
@@ -105,7 +108,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
   std::optional<NativeCall> call;
   if (tensors.size() == 1 && simple(tensors[0]) && opts.rootTensor == 0 && valid_root(opts.rootRank)) {
     call = native_call(REDUCE, tensors[0], at::Tensor(), {tensors[0]}, op_code(opts.reduceOp), opts.rootRank,
-                       opts.timeout);
+                       opts.timeout, opts.asyncOp);
   }
   return dispatch(OpType::REDUCE, "reduce", call, "reduce", tensors, opts);
 }
@@ -115,7 +118,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
   std::optional<NativeCall> call;
   if (simple(input) && simple(output) && output.scalar_type() == input.scalar_type() &&
       output.numel() == input.numel() * getSize()) {
-    call = native_call(ALLGATHER, input, output, {output}, 0, -1, opts.timeout);
+    call = native_call(ALLGATHER, input, output, {output}, 0, -1, opts.timeout, opts.asyncOp);
   }
   return dispatch(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", call, "_allgather_base", output, input, opts);
 }
@@ -125,7 +128,8 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output,
   std::optional<NativeCall> call;
   if (simple(input) && simple(output) && output.scalar_type() == input.scalar_type() &&
       input.numel() == output.numel() * getSize()) {
-    call = native_call(REDUCESCATTER, input, output, {output}, op_code(opts.reduceOp), -1, opts.timeout);
+    call = native_call(REDUCESCATTER, input, output, {output}, op_code(opts.reduceOp), -1, opts.timeout,
+                       opts.asyncOp);
   }
   return dispatch(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", call, "_reduce_scatter_base", output, input,
                   opts);
@@ -138,14 +142,15 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
   if (out_splits.empty() && in_splits.empty() && simple(input) && simple(output) &&
       output.scalar_type() == input.scalar_type() && input.numel() == output.numel() && input.dim() > 0 &&
       input.size(0) % getSize() == 0 && output.size(0) % getSize() == 0) {
-    call = native_call(ALLTOALL, input, output, {output}, 0, -1, opts.timeout);
+    call = native_call(ALLTOALL, input, output, {output}, 0, -1, opts.timeout, opts.asyncOp);
   }
   return dispatch(OpType::ALLTOALL_BASE, "all_to_all_single", call, "alltoall_base", output, input, out_splits,
                   in_splits, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
-  std::optional<NativeCall> call = native_call(BARRIER, at::Tensor(), at::Tensor(), {}, 0, -1, opts.timeout);
+  std::optional<NativeCall> call = native_call(BARRIER, at::Tensor(), at::Tensor(), {}, 0, -1, opts.timeout,
+                                               opts.asyncOp);
   return dispatch(OpType::BARRIER, "barrier", call, "barrier", opts);
 }
 
@@ -261,10 +266,11 @@ void Backend::track(const c10::intrusive_ptr<Work>& work) {
 // ------------------------------------------------------------------ the native path
 
 Backend::NativeCall Backend::native_call(int kind, const at::Tensor& input, const at::Tensor& output,
-                                         std::vector<at::Tensor> results, int op, int64_t root, Ms timeout) const {
+                                         std::vector<at::Tensor> results, int op, int64_t root, Ms timeout,
+                                         bool async_op) const {
   int dtype = input.defined() ? static_cast<int>(input.scalar_type()) : -1;
   Key key{kind, dtype, op, input.defined() ? input.numel() : 0, output.defined() ? output.numel() : -1, root};
-  return NativeCall{key, input, output, std::move(results), seconds_of(timeout)};
+  return NativeCall{key, input, output, std::move(results), seconds_of(timeout), async_op};
 }
 
 std::optional<std::shared_ptr<Spec>> Backend::cached(const Key& key) {
@@ -276,12 +282,46 @@ std::optional<std::shared_ptr<Spec>> Backend::cached(const Key& key) {
 
 void Backend::remember(const Key& key, const std::shared_ptr<Spec>& spec) {
   std::lock_guard<std::mutex> g(cache_m_);
-  if (cache_.size() >= 256) cache_.clear();  // a cheap bound: shapes that keep changing are rare
   cache_[key] = spec;
 }
 
+void Backend::make_room() {
+  std::lock_guard<std::mutex> g(cache_m_);
+  if (static_cast<int64_t>(cache_.size()) < cache_limit_) return;
+  for (auto& [key, spec] : cache_) {
+    if (spec) retired_.emplace_back(spec->index, spec);
+  }
+  cache_.clear();  // shapes that keep changing: every signature is asked again, at most cache_limit_ kept
+}
+
+std::vector<int64_t> Backend::released() {
+  std::lock_guard<std::mutex> g(cache_m_);
+  std::vector<int64_t> out;
+  size_t kept = 0;
+  for (auto& entry : retired_) {
+    if (entry.second.expired()) {
+      out.push_back(entry.first);
+    } else {
+      retired_[kept++] = entry;
+    }
+  }
+  retired_.resize(kept);
+  return out;
+}
+
+std::vector<int64_t> Backend::cache_counts() {
+  std::lock_guard<std::mutex> g(cache_m_);
+  int64_t held = 0;
+  for (auto& entry : retired_) held += entry.second.expired() ? 0 : 1;
+  int64_t native = 0;
+  for (const auto& [key, spec] : cache_) native += spec ? 1 : 0;
+  return {static_cast<int64_t>(cache_.size()), native, held, inline_runs_.load()};
+}
+
 std::shared_ptr<Spec> Backend::ask(const NativeCall& call) {
+  std::vector<int64_t> gone = released();
   py::gil_scoped_acquire gil;
+  if (!gone.empty()) core_.attr("forget")(gone);  // the plans of Specs C++ no longer holds
   const at::Tensor& ref = call.input;
   py::object dt = ref.defined() ? py::reinterpret_borrow<py::object>(
                                       reinterpret_cast<PyObject*>(torch::getTHPDtype(ref.scalar_type())))
@@ -327,11 +367,14 @@ c10::intrusive_ptr<c10d::Work> Backend::native(OpType type, const char* what, st
       work->fail(capture());
     }
   };
-  // A small collective with nothing ahead of it runs in the caller's thread: two thread hand-offs (to
-  // the worker and back) are most of a small collective's time on a loaded host. The caller holds no
-  // GIL (torch's bindings release it), and no callback can be chained yet, so the Work is simply
-  // complete when it is returned. A caller holding the GIL, or a larger message, goes to the worker.
-  if (bytes <= inline_bytes_ && !PyGILState_Check() && queue_->begin_inline()) {
+  // A small synchronous collective runs in the caller's thread once the queue ahead of it has drained: two
+  // thread hand-offs (to the worker and back) are most of a small collective's time on a loaded host, and
+  // the caller would wait for it anyway. The caller holds no GIL (torch's bindings release it), and no
+  // callback can be chained yet, so the Work is simply complete when it is returned. An async_op=True call
+  // (which must return at once, so that wait(timeout) holds), a caller holding the GIL, the worker itself and
+  // a larger message go to the worker.
+  if (!call.async_op && bytes <= inline_bytes_ && !PyGILState_Check() && queue_->begin_inline()) {
+    ++inline_runs_;
     job();
     queue_->end_inline();
   } else {
@@ -356,6 +399,7 @@ c10::intrusive_ptr<c10d::Work> Backend::first(OpType type, const char* what, Nat
         spec = *hit;
         if (spec) check = later_check(*spec);
       } else {
+        make_room();
         spec = ask(call);
         if (spec) check = std::move(spec->first_check);
         remember(call.key, spec);
@@ -440,9 +484,9 @@ c10::intrusive_ptr<c10d::Backend> make_backend(int rank, int size, py::object co
                                                const c10::intrusive_ptr<c10d::ProcessGroup>& inner, double seconds,
                                                std::shared_ptr<Counts> counts, bool native,
                                                c10::intrusive_ptr<c10d::Store> store, double stall_s,
-                                               int64_t inline_bytes) {
+                                               int64_t inline_bytes, int64_t cache_limit) {
   return c10::make_intrusive<Backend>(rank, size, std::move(core), inner, seconds, std::move(counts), native,
-                                      std::move(store), stall_s, inline_bytes);
+                                      std::move(store), stall_s, inline_bytes, cache_limit);
 }
 
 }  // namespace collsched

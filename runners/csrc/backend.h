@@ -9,7 +9,8 @@
 //     the ranks' arguments, each once) for a Spec (the plan and its buffer layout); the Spec is cached and the
 //     call runs natively at once. A later call runs with no Python at all (buffers bound, plan run over the
 //     inner gloo group, AVG divided, results copied back, the future completed), checked in band (check.h);
-//     a small one with nothing queued runs in the caller's thread. Or
+//     a small synchronous one (async_op=False) runs in the caller's thread once the queue ahead of it has
+//     drained, so an async_op=True call always returns at once and its wait(timeout) holds. Or
 //   - python: everything else (other shapes and kinds, CUDA tensors, a signature Python declines, such as the
 //     direct fallback): the worker takes the GIL and runs the Python backend's own body for the call
 //     (runners.backend.group.CollschedProcessGroup, made with an inline queue), so every feature of the Python
@@ -125,7 +126,7 @@ class Backend : public c10d::Backend {
  public:
   Backend(int rank, int size, py::object core, c10::intrusive_ptr<c10d::ProcessGroup> inner, double seconds,
           std::shared_ptr<Counts> counts, bool native, c10::intrusive_ptr<c10d::Store> store, double stall_s,
-          int64_t inline_bytes);
+          int64_t inline_bytes, int64_t cache_limit);
   ~Backend() override;
 
   const std::string getBackendName() const override { return "collsched"; }
@@ -190,6 +191,9 @@ class Backend : public c10d::Backend {
 
   py::object core() const { return core_; }
   int64_t native_signatures();
+  // (signatures cached, of which served natively, evicted Specs still held by a queued or running call, calls
+  // run in the caller's thread so far): what the tests of the cache's bound and of the inline path read.
+  std::vector<int64_t> cache_counts();
 
  private:
   static bool simple(const at::Tensor& t) {
@@ -207,15 +211,20 @@ class Backend : public c10d::Backend {
     at::Tensor input, output;
     std::vector<at::Tensor> results;
     double seconds;
+    bool async_op;  // torch's opts.asyncOp: false for dist.all_reduce(..., async_op=False) and the like
   };
   // The Python backend's body for a call (Core.serve), run on the worker thread with the GIL.
   using Body = std::function<std::vector<at::Tensor>()>;
 
   NativeCall native_call(int kind, const at::Tensor& input, const at::Tensor& output, std::vector<at::Tensor> results,
-                         int op, int64_t root, Ms timeout) const;
+                         int op, int64_t root, Ms timeout, bool async_op) const;
   // The cached answer for a signature: none (never prepared), null (the Python body serves it) or its Spec.
   std::optional<std::shared_ptr<Spec>> cached(const Key& key);
   void remember(const Key& key, const std::shared_ptr<Spec>& spec);
+  // Before a miss is asked: a full cache (cache_limit_ signatures, runners.backend.cpp.SIGNATURE_CACHE) is
+  // emptied, its Specs retired; retired Specs no call holds any more are the indices Python may forget.
+  void make_room();
+  std::vector<int64_t> released();
   // Core.prepare, with the GIL: the answer for the signature of `call` (null: the Python body serves it).
   std::shared_ptr<Spec> ask(const NativeCall& call);
   // The in-band check of a call after the first of its signature (null: unchecked).
@@ -264,6 +273,9 @@ class Backend : public c10d::Backend {
   std::shared_ptr<Queue> queue_;
   std::mutex cache_m_;
   std::unordered_map<Key, std::shared_ptr<Spec>, KeyHash> cache_;
+  int64_t cache_limit_;
+  std::vector<std::pair<int64_t, std::weak_ptr<Spec>>> retired_;  // (Core's index, Spec) evicted, maybe held
+  std::atomic<int64_t> inline_runs_{0};
   at::Tensor arena_;  // the staging buffer of this group's native runs, kept between them (the worker's only)
   std::mutex coalescing_m_;
   bool coalescing_ = false;
@@ -277,6 +289,6 @@ c10::intrusive_ptr<c10d::Backend> make_backend(int rank, int size, py::object co
                                                const c10::intrusive_ptr<c10d::ProcessGroup>& inner, double seconds,
                                                std::shared_ptr<Counts> counts, bool native,
                                                c10::intrusive_ptr<c10d::Store> store, double stall_s,
-                                               int64_t inline_bytes);
+                                               int64_t inline_bytes, int64_t cache_limit);
 
 }  // namespace collsched

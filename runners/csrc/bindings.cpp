@@ -29,6 +29,8 @@ void bind_executor(py::module_& m) {
   m.def("exchange_rows", &collsched::exchange_rows, py::arg("mine"), py::arg("rows"), py::arg("rank"),
         py::arg("group"), py::arg("tag"), py::arg("seconds"), py::arg("check") = nullptr,
         py::call_guard<py::gil_scoped_release>());
+  m.def("wait_watched", &collsched::wait_watched, py::arg("check"), py::arg("work"), py::arg("seconds"),
+        py::call_guard<py::gil_scoped_release>());
   m.def("transport_floor", &collsched::transport_floor, py::arg("rows"), py::arg("group"), py::arg("repeats"),
         py::call_guard<py::gil_scoped_release>());
 }
@@ -38,7 +40,10 @@ void bind_check(py::module_& m) {
   py::class_<Check, std::shared_ptr<Check>>(m, "Check")
       .def(py::init(&Check::make), py::arg("store"), py::arg("counter"), py::arg("row"), py::arg("rank"), py::arg("p"),
            py::arg("salt"), py::arg("stall_s"))
-      .def_readonly("salt", &Check::salt);
+      .def_readonly("salt", &Check::salt)
+      .def("note_failure", &Check::note_failure, py::arg("text"), py::call_guard<py::gil_scoped_release>())
+      .def("blame", &Check::blame, py::call_guard<py::gil_scoped_release>())
+      .def("forget", &Check::forget, py::call_guard<py::gil_scoped_release>());
   m.def("salt_of", &collsched::salt_of, py::arg("row"), py::arg("counter"), py::arg("shift"));
   m.def("next_call", &collsched::next_call, py::arg("group"));
 }
@@ -61,7 +66,7 @@ void bind_backend(py::module_& m) {
 #undef COLLSCHED_READ
   m.def("make_backend", &collsched::make_backend, py::arg("rank"), py::arg("size"), py::arg("core"), py::arg("inner"),
         py::arg("seconds"), py::arg("counts"), py::arg("native"), py::arg("store"), py::arg("stall_s"),
-        py::arg("inline_bytes"));
+        py::arg("inline_bytes"), py::arg("cache_limit"));
   m.def("core_of", [](const c10::intrusive_ptr<c10d::Backend>& b) -> py::object {
     auto* ours = dynamic_cast<Backend*>(b.get());
     return ours ? ours->core() : py::none();
@@ -69,6 +74,10 @@ void bind_backend(py::module_& m) {
   m.def("native_signatures", [](const c10::intrusive_ptr<c10d::Backend>& b) -> int64_t {
     auto* ours = dynamic_cast<Backend*>(b.get());
     return ours ? ours->native_signatures() : -1;
+  });
+  m.def("cache_counts", [](const c10::intrusive_ptr<c10d::Backend>& b) -> std::vector<int64_t> {
+    auto* ours = dynamic_cast<Backend*>(b.get());
+    return ours ? ours->cache_counts() : std::vector<int64_t>{};
   });
 }
 

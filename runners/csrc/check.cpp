@@ -49,9 +49,15 @@ std::shared_ptr<Check> Check::make(c10::intrusive_ptr<c10d::Store> store, int64_
   return c;
 }
 
-bool Check::look() {
+Check::Found Check::look() {
   std::lock_guard<std::mutex> g(io);
-  if (finished) return false;
+  if (finished) return NONE;
+  for (int64_t q = 0; q < p; ++q) {  // a peer that failed this call first: what it said
+    if (q == rank || !store->check({failure_key(q)})) continue;
+    auto bytes = store->get(failure_key(q));
+    failed = std::to_string(q) + ":" + std::string(bytes.begin(), bytes.end());
+    return PEER_FAILED;
+  }
   if (!written) {
     std::vector<uint8_t> bytes(row.size() * sizeof(int64_t));
     std::memcpy(bytes.data(), row.data(), bytes.size());
@@ -69,7 +75,7 @@ bool Check::look() {
     differ = differ || rows_differ(row, theirs);
     rows.emplace_back(q, std::move(theirs));
   }
-  if (!differ) return false;
+  if (!differ) return NONE;
   std::string text;
   for (auto& [q, r] : rows) {
     if (!text.empty()) text += ";";
@@ -77,7 +83,45 @@ bool Check::look() {
     for (size_t k = 0; k < r.size(); ++k) text += (k ? "," : "") + std::to_string(r[k]);
   }
   seen = text;
-  return true;
+  return DIFFER;
+}
+
+void Check::note_failure(const std::string& text) {
+  if (!store) return;
+  std::lock_guard<std::mutex> g(io);
+  try {
+    store->set(failure_key(rank), std::vector<uint8_t>(text.begin(), text.end()));
+  } catch (const std::exception&) {  // the store is gone with a peer that hosted it: nobody to tell
+  }
+}
+
+std::string Check::blame() {
+  if (!store || p < 2) return "";
+  std::lock_guard<std::mutex> g(io);
+  std::string stalled, silent;
+  try {
+    for (int64_t q = 0; q < p; ++q) {
+      if (q == rank) continue;
+      std::string& into = store->check({key(q)}) || store->check({failure_key(q)}) ? stalled : silent;
+      into += (into.empty() ? "" : ", ") + std::to_string(q);
+    }
+  } catch (const std::exception&) {
+    return "";
+  }
+  if (silent.empty()) return " (stall watch: every peer is stalled in this call too; cannot tell which is late)";
+  return " (stall watch: " + (stalled.empty() ? std::string("no peer") : "ranks " + stalled) +
+         " stalled in this call too; no word from rank(s) " + silent +
+         ": stopped, dead, not in this call, or finished with their part)";
+}
+
+void Check::reset() {
+  std::lock_guard<std::mutex> g(io);
+  if (!written) return;
+  written = false;
+  try {
+    store->deleteKey(key(rank));
+  } catch (const std::exception&) {
+  }
 }
 
 void Check::forget() {
@@ -134,20 +178,25 @@ class Watchdog {
         auto now = Clock::now();
         for (auto& c : checks_) {
           std::lock_guard<std::mutex> cg(c->m);
-          if (c->waiting && !c->mismatch && now - c->since >= std::chrono::duration<double>(c->stall_s) &&
+          if (c->waiting && !c->mismatch && !c->peer_failed &&
+              now - c->since >= std::chrono::duration<double>(c->stall_s) &&
               now >= c->next_look) {
             due.push_back(c);
           }
         }
       }
       for (auto& c : due) {
-        bool differ = false;
+        Check::Found found = Check::NONE;
         try {
-          differ = c->look();
+          found = c->look();
         } catch (const std::exception&) {  // a store that fails: the run's own deadline still holds
         }
         std::lock_guard<std::mutex> cg(c->m);
-        if (differ && !c->confirming) {
+        bool differ = found == Check::DIFFER;
+        if (found == Check::PEER_FAILED) {
+          c->peer_failed = true;  // waiting on is pointless: the run ends naming the peer that failed
+          if (c->waiting) c->waiting->abort();
+        } else if (differ && !c->confirming) {
           // Peers that stalled too write their rows within about one poll of each other: one more look
           // shortly, so that the error names as many of them as there are.
           c->confirming = true;

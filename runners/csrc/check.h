@@ -14,6 +14,12 @@
 //     usable), and the run returns MISMATCH with the rows it saw, from which Python names the ranks and the
 //     argument. A peer that is merely late writes nothing, so waiting goes on as before, until the run's
 //     deadline.
+//   - failures: a rank whose run of this call fails leaves a note under prefix/failed/<rank> (note_failure). A
+//     stalled wait that finds a peer's note abandons the run at once (PEER_FAILED, naming that peer and what
+//     it said): a rank waiting on a peer that failed (or on one waiting on it) learns within about stall_s
+//     instead of at its own deadline. And a run that times out names, with blame(), the peers stalled in this
+//     call too (their rows are in the store: alive, waiting) and those that never wrote (stopped, dead or
+//     finished): the rank to look at is among the latter.
 //
 // A row is runners.execution.arguments.metadata's 12 integers followed by one flag: 1 when this rank skipped the
 // exchange because the signature was checked before, 0 when it is exchanging rows (the first call).
@@ -60,22 +66,36 @@ struct Check {
   bool finished = false;
   c10::intrusive_ptr<c10d::Work> waiting;
   Clock::time_point since{}, next_look{};
-  bool written = false, mismatch = false, confirming = false;
-  std::string seen;  // "rank:v,v,...;rank:..." of every row seen when a mismatch was found
+  bool written = false, mismatch = false, confirming = false, peer_failed = false;
+  std::string seen;    // "rank:v,v,...;rank:..." of every row seen when a mismatch was found
+  std::string failed;  // "rank:text" of the first peer found to have failed this call
 
   // The watch of checked call number `counter` on its group (rows under collsched-stall/<counter>/<rank>).
   static std::shared_ptr<Check> make(c10::intrusive_ptr<c10d::Store> store, int64_t counter, std::vector<int64_t> row,
                                      int64_t rank, int64_t p, int64_t salt, double stall_s);
 
   std::string key(int64_t r) const { return prefix + std::to_string(r); }
+  std::string failure_key(int64_t r) const { return prefix + "failed/" + std::to_string(r); }
 
-  // The watchdog's look at a stalled wait: write our row once, read our peers'; true when rows differ (seen
-  // then holds them). Store I/O under `io` only, so that a run ending meanwhile (forget) never leaves its row
-  // behind.
-  bool look();
+  // The watchdog's look at a stalled wait: write our row once, read our peers' and their failure notes. NONE,
+  // DIFFER (rows differ: seen holds them) or PEER_FAILED (failed holds the first peer's note). Store I/O under
+  // `io` only, so that a run ending meanwhile (forget) never leaves its row behind.
+  enum Found : int { NONE = 0, DIFFER = 1, PEER_FAILED = 2 };
+  Found look();
+
+  // This rank's run of the call failed: a note for peers that stall waiting on it (never throws).
+  void note_failure(const std::string& text);
+
+  // For a run that timed out: which peers are stalled in this call too (rows in the store) and which never
+  // wrote, as " (stall watch: ...)"; empty when the store cannot tell (never throws).
+  std::string blame();
 
   // After a successful run: our row, if written, is no longer anybody's concern.
   void forget();
+
+  // After a successful exchange of rows (the first call of a signature): as forget, but the watch goes on
+  // for the run that follows with the same check.
+  void reset();
 };
 
 // Registers a run's check with the watchdog for the run's duration.

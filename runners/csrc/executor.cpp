@@ -81,14 +81,21 @@ class Carver {
   std::vector<std::pair<int64_t, int64_t>> free_;
 };
 
-// work->wait(left) under a run's stall watch: a mismatch the watchdog found (now or before this wait)
-// ends the run with MISMATCH and the rows it saw; other failures as Engine::fail.
+// What the watchdog found for a run (under check->m): a mismatch or a peer that failed ends the run.
+void found(const Check& check, int64_t item) {
+  if (check.mismatch) throw Failure{MISMATCH, item, check.seen};
+  if (check.peer_failed) throw Failure{PEER_FAILED, item, check.failed};
+}
+
+// work->wait(left) under a run's stall watch: a mismatch the watchdog found (now or before this wait) ends the
+// run with MISMATCH and the rows it saw, a peer's note that it failed with PEER_FAILED; other failures as
+// Engine::fail.
 void watched_wait(const std::shared_ptr<Check>& check, const c10::intrusive_ptr<c10d::Work>& work,
                   std::chrono::milliseconds left, int64_t item) {
   bool watching = check && check->store;
   if (watching) {
     std::lock_guard<std::mutex> g(check->m);
-    if (check->mismatch) throw Failure{MISMATCH, item, check->seen};
+    found(*check, item);
     check->waiting = work;
     check->since = Clock::now();
   }
@@ -105,10 +112,45 @@ void watched_wait(const std::shared_ptr<Check>& check, const c10::intrusive_ptr<
   if (watching) {
     std::lock_guard<std::mutex> g(check->m);
     check->waiting.reset();
-    if (check->mismatch) throw Failure{MISMATCH, item, check->seen};
+    found(*check, item);
   }
   if (!error.empty()) throw Failure{FAILED, item, error};
   if (!done) throw Failure{FAILED, item, "aborted"};
+}
+
+}  // namespace
+
+std::tuple<int, std::string> wait_watched(const std::shared_ptr<Check>& check,
+                                          const c10::intrusive_ptr<c10d::Work>& work, double seconds) {
+  Watched watched(check);  // the watchdog looks at this wait while it lasts
+  try {
+    watched_wait(check, work, std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1e3))),
+                 -1);
+  } catch (const Failure& f) {
+    return {f.status, f.text};
+  }
+  return {OK, ""};
+}
+
+namespace {
+
+// What a failed run tells its peers (check.h's note) and, when it timed out, what the stall watch saw.
+Outcome noted(const Plan& plan, const std::shared_ptr<Check>& check, const Failure& f, bool timed_out) {
+  if (!check || !check->store || f.status == MISMATCH) return {f.status, f.item, f.text};
+  std::string text = f.text;
+  std::string what = text;
+  if (f.item >= 0 && f.item < plan.size()) {
+    const Item& it = plan.items()[static_cast<size_t>(f.item)];
+    what = "step " + std::to_string(it.step) + ": " + (it.role == SEND ? "send to" : "receive from") +
+           " peer rank " + std::to_string(it.peer) + ": " + text;
+  }
+  if (f.status == PEER_FAILED) {
+    auto colon = text.find(':');
+    what = "abandoned: rank " + text.substr(0, colon) + " had failed first: " + text.substr(colon + 1);
+  }
+  if (timed_out) text += check->blame();
+  check->note_failure(what);
+  return {f.status, f.item, text};
 }
 
 // One run of a plan: the two engines of runners/execution/executors.py.
@@ -444,8 +486,10 @@ Outcome Plan::run(const std::vector<at::Tensor>& bufs, int64_t s, const c10::int
       engine.grouped();
     }
   } catch (const Failure& f) {
-    return {f.status, f.item, f.text};
+    bool timed_out = f.status == TIMED_OUT || Clock::now() >= engine.deadline - std::chrono::milliseconds(10);
+    return noted(*this, check, f, timed_out);
   } catch (const std::exception& e) {
+    if (check) check->note_failure(std::string("internal error: ") + e.what());
     return {INTERNAL, -1, e.what()};
   }
   if (check && check->store) check->forget();
@@ -481,19 +525,27 @@ Outcome exchange_rows(const at::Tensor& mine, const at::Tensor& rows, int64_t ra
       for (auto& [peer, w] : *list) {
         at = peer;
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        if (left.count() <= 0) return {TIMED_OUT, peer, "timed out"};
+        if (left.count() <= 0) throw Failure{TIMED_OUT, peer, "timed out"};
         watched_wait(check, w, left, peer);
       }
     }
   } catch (const Failure& f) {
-    return {f.status, at, f.text};
+    std::string text = f.text;
+    if (check && f.status != MISMATCH) {
+      if (Clock::now() >= deadline - std::chrono::milliseconds(10)) text += check->blame();
+      check->note_failure(f.status == PEER_FAILED ? "abandoned exchanging metadata: rank " + f.text
+                                                  : "exchanging metadata with peer rank " + std::to_string(at) +
+                                                        ": " + f.text);
+    }
+    return {f.status, at, text};
   } catch (const std::exception& e) {
     std::string text = e.what();
     auto nl = text.find('\n');
     if (nl != std::string::npos) text = text.substr(0, nl);
+    if (check) check->note_failure("exchanging metadata with peer rank " + std::to_string(at) + ": " + text);
     return {FAILED, at, text};
   }
-  if (check && check->store) check->forget();
+  if (check && check->store) check->reset();  // the run that follows keeps the watch (and its own row)
   return {OK, -1, ""};
 }
 

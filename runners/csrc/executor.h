@@ -18,6 +18,11 @@ Outcome exchange_rows(const at::Tensor& mine, const at::Tensor& rows, int64_t ra
 // step's sends and receives (rows: step, role, peer, bytes, tag; in step order) posted straight to the
 // backend and waited on, `repeats` times, with no plan, no dependencies, no staging and no arithmetic.
 // What an executor spends beyond this, per step, is its own overhead.
+// One Work's wait under a run's stall watch (check.h), for the Python executors: (status, text), status as
+// Plan::run's (OK, FAILED, MISMATCH with the rows seen, PEER_FAILED with "rank:what it said"). Never throws.
+std::tuple<int, std::string> wait_watched(const std::shared_ptr<Check>& check,
+                                          const c10::intrusive_ptr<c10d::Work>& work, double seconds);
+
 void transport_floor(const std::vector<std::vector<int64_t>>& rows, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
                      int64_t repeats);
 

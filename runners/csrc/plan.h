@@ -17,8 +17,9 @@
 namespace collsched {
 
 enum Role : int { SEND = 0, RECV = 1, LOCAL = 2 };
-// MISMATCH: the stall watch found ranks whose arguments differ (check.h); text: the rows seen.
-enum Status : int { OK = 0, FAILED = 1, TIMED_OUT = 2, INTERNAL = 3, MISMATCH = 4 };
+// MISMATCH: the stall watch found ranks whose arguments differ (check.h); text: the rows seen. PEER_FAILED: it
+// found a peer's note that its run of this call failed; text: "rank:what it said".
+enum Status : int { OK = 0, FAILED = 1, TIMED_OUT = 2, INTERNAL = 3, MISMATCH = 4, PEER_FAILED = 5 };
 // Op codes: runners.execution.arguments.OP_NAMES indices; TOKEN: a barrier's token (no arithmetic).
 enum OpCode : int { SUM = 0, PRODUCT = 1, MIN = 2, MAX = 3, AVG = 4, BAND = 5, BOR = 6, BXOR = 7, TOKEN = -2 };
 

@@ -14,12 +14,14 @@ void Queue::submit(Job job) {
     worker_ = thread_.get_id();
   }
   jobs_.push_back(std::move(job));
-  cv_.notify_one();
+  cv_.notify_all();  // the worker, and callers waiting to run inline (they wait for the queue to drain)
 }
 
 bool Queue::begin_inline() {
-  std::lock_guard<std::mutex> g(m_);
-  if (closed_ || busy_ || !jobs_.empty()) return false;
+  if (on_worker()) return false;  // the worker runs it (Work::wait runs queued jobs there)
+  std::unique_lock<std::mutex> g(m_);
+  cv_.wait(g, [this] { return closed_ || (!busy_ && jobs_.empty()); });
+  if (closed_) return false;
   busy_ = true;
   return true;
 }
@@ -29,11 +31,12 @@ void Queue::end_inline() {
     std::lock_guard<std::mutex> g(m_);
     busy_ = false;
   }
-  cv_.notify_one();
+  cv_.notify_all();
 }
 
-void Queue::run_until(const std::function<bool()>& done) {
+bool Queue::run_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline) {
   while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
     Job job;
     {
       std::lock_guard<std::mutex> g(m_);
@@ -44,6 +47,7 @@ void Queue::run_until(const std::function<bool()>& done) {
     }
     job();
   }
+  return true;
 }
 
 void Queue::close() {
@@ -69,8 +73,11 @@ void Queue::loop() {
       busy_ = true;
     }
     job();
-    std::lock_guard<std::mutex> g(m_);
-    busy_ = false;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      busy_ = false;
+    }
+    cv_.notify_all();  // a caller may be waiting to run a synchronous collective inline
   }
 }
 
@@ -145,7 +152,12 @@ std::exception_ptr Work::exception() const {
 }
 
 bool Work::wait(Ms timeout) {
-  if (!isCompleted() && queue_->on_worker()) queue_->run_until([this] { return isCompleted(); });
+  bool limited = timeout != kNoTimeout && timeout.count() > 0;
+  auto deadline = limited ? std::chrono::steady_clock::now() + timeout : std::chrono::steady_clock::time_point::max();
+  if (!isCompleted() && queue_->on_worker() && !queue_->run_until([this] { return isCompleted(); }, deadline)) {
+    raise_python(PyExc_TimeoutError, "collsched " + what_ + " did not complete within " +
+                                         std::to_string(timeout.count()) + " ms");
+  }
   {
     std::unique_lock<std::mutex> g(state_);
     if (timeout == kNoTimeout || timeout.count() <= 0) {

@@ -40,13 +40,17 @@ class Queue {
 
   bool on_worker() const { return std::this_thread::get_id() == worker_; }
 
-  // The caller may run a job itself, in its own thread, when nothing is queued or running (the order of
-  // collectives is kept: a job submitted meanwhile waits until end_inline). True if it may.
+  // The caller runs a job itself, in its own thread (a synchronous collective): it waits until nothing is
+  // queued or running, then holds the queue (the order of collectives is kept: a job submitted meanwhile waits
+  // until end_inline). False (run it on the worker instead) on the worker itself or once closed.
   bool begin_inline();
   void end_inline();
 
-  // On the worker (a callback chained on a future waiting for a later collective): run queued jobs inline.
-  void run_until(const std::function<bool()>& done);
+  // On the worker (a callback chained on a future waiting for a later collective): run queued jobs inline until
+  // `done`; false when `deadline` passed first (checked between jobs: a job running is bounded by its own
+  // collective's time limit).
+  bool run_until(const std::function<bool()>& done,
+                 std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
   // Let queued jobs finish, then stop the thread (the caller must not hold the GIL: Python jobs need it).
   void close();

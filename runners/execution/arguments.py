@@ -421,20 +421,37 @@ def salt(row: list[int], counter: int, shift: int) -> int:
     return ((h % ((1 << bits) - 1)) + 1) << shift
 
 
-class SignatureCache:
-    """The signatures checked by the exchange on one group (bounded: past the bound, every new one is
-    exchanged each call)."""
+ENV_SIGNATURE_CACHE = "COLLSCHED_SIGNATURE_CACHE"
+SIGNATURE_CACHE = 256
+"""Signatures a group keeps, on every side: the C++ backend's prepared signatures (and the plans Python keeps
+for them, runners.backend.cpp.Core) and the signatures checked by the exchange (``SignatureCache``).
+``COLLSCHED_SIGNATURE_CACHE`` overrides it. Past it, the C++ backend empties its cache (every signature is
+asked again) and the exchange runs for each new signature."""
 
-    LIMIT = 4096
+
+def signature_cache() -> int:
+    """``COLLSCHED_SIGNATURE_CACHE`` (a positive integer), default ``SIGNATURE_CACHE``."""
+    text = os.environ.get(ENV_SIGNATURE_CACHE, "").strip()
+    if not text:
+        return SIGNATURE_CACHE
+    if not text.isdigit() or int(text) < 1:
+        raise InputError(f"{ENV_SIGNATURE_CACHE} must be a positive integer, got {text!r}")
+    return int(text)
+
+
+class SignatureCache:
+    """The signatures checked by the exchange on one group (bounded by ``signature_cache()``: past the bound,
+    every new one is exchanged each call)."""
 
     def __init__(self) -> None:
         self.seen: set[tuple[int, ...]] = set()
+        self.limit = signature_cache()
 
     def __contains__(self, sig: tuple[int, ...]) -> bool:
         return sig in self.seen
 
     def add(self, sig: tuple[int, ...]) -> None:
-        if len(self.seen) < self.LIMIT:
+        if len(self.seen) < self.limit:
             self.seen.add(sig)
 
 

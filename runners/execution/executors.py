@@ -74,6 +74,11 @@ class Context:
         self.timeout = timeout
         self.deadline = deadline
         self.salt = 0  # or'ed into every transfer's tag by a checked run (runners.execution.arguments.salt)
+        # A checked run's stall watch (runners.execution.native.watch) and the extension's wait_watched: waits
+        # then end early when a peer left a note that its run of this call failed (check.h), and a timeout
+        # names the peers stalled too. None: plain waits (no extension, or an unchecked run).
+        self.watch: Any = None
+        self.wait_watched: Callable[[Any, Any, float], tuple[int, str]] | None = None
 
     def src(self, it: Item) -> torch.Tensor:
         t = it.transfer
@@ -139,17 +144,44 @@ class Context:
         # Only our own deadline makes a timeout: gloo also says "timeout" when a pair was closed because the
         # peer's wait timed out ("Application timeout caused pair closure"), which is the peer failing.
         if timeout_text and time.monotonic() >= self.deadline - 0.01:
+            blame = self.watch.blame() if self.watch is not None and "stall watch" not in text else ""
+            if self.watch is not None:
+                self.watch.note_failure(f"step {it.step}: {verb} peer rank {it.peer}: timed out")
             return RunTimeout(f"{head} did not complete within {self.timeout:g} s; waiting on peer {peer} "
-                              f"({text})")
+                              f"({text}){blame}")
         note = peer_report(self.globals[it.peer])
         failure = f"{head} failed: peer {peer} ({note or text})"
         report_failure(self.globals[plan.rank], f"{it.describe()}: {verb} peer {peer} failed ({text})")
+        if self.watch is not None:
+            self.watch.note_failure(f"step {it.step}: {verb} peer rank {it.peer}: {text}")
         return RunError(failure)
+
+    def abandoned(self, it: Item, text: str) -> RunError:
+        """The run gave up waiting on ``it``: the stall watch found that rank ``text``'s prefix had failed this
+        call first (``text``: ``"rank:what it said"``); the error names both."""
+        plan = self.plan
+        failed, _, note = text.partition(":")
+        verb = "send to" if it.role is Role.SEND else "receive from"
+        who = f"rank {failed} (global rank {self.globals[int(failed)]})" if failed.isdigit() else f"rank {failed}"
+        report_failure(self.globals[plan.rank], f"{it.describe()}: abandoned: {who} had failed first ({note})")
+        return RunError(f"rank {plan.rank} (global rank {self.globals[plan.rank]}): {plan.schedule.name} "
+                        f"{plan.schedule.collective.describe()}: {it.describe()}: {verb} rank {it.peer} (global "
+                        f"rank {self.globals[it.peer]}) abandoned: {who} had failed first: {note}")
 
     def wait(self, it: Item, work: Any) -> None:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise self.failure(it, TimeoutError("timed out"))
+        if self.watch is not None and self.wait_watched is not None:
+            status, text = self.wait_watched(self.watch, work, left)
+            if status == 5:  # PEER_FAILED (plan.h)
+                raise self.abandoned(it, text)
+            if status == 4:  # MISMATCH: rows agreed at the exchange; whatever differs now is no argument of ours
+                raise RunError(f"rank {self.plan.rank}: {it.describe()}: the stall watch found rows that differ: "
+                               f"{text}")
+            if status != 0:
+                raise self.failure(it, TimeoutError(text) if "timed out" in text.lower() else RuntimeError(text))
+            return
         try:
             work.wait(timedelta(seconds=left))
         except Exception as e:

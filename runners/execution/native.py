@@ -41,8 +41,8 @@ from runners.execution.executors import Context
 from runners.execution.plan import RankPlan, Role
 from runners.execution.staging import STAGING
 
-__all__ = ["ENV_EXECUTOR", "NativePlan", "available", "build_note", "chosen", "execute", "group_store", "load",
-           "next_call", "transport_rows", "watch"]
+__all__ = ["ENV_EXECUTOR", "MISMATCH", "PEER_FAILED", "NativePlan", "available", "build_note", "chosen", "execute",
+           "group_store", "load", "next_call", "transport_rows", "watch"]
 
 ENV_EXECUTOR = "COLLSCHED_EXECUTOR"
 ENV_CACHE = "COLLSCHED_CACHE"
@@ -52,6 +52,7 @@ HEADERS = tuple(sorted(CSRC.glob("*.h")))  # hashed with the sources for the bui
 _BUF_INDEX = {Buf.INPUT: 0, Buf.OUTPUT: 1, Buf.SCRATCH: 2}
 _TOKEN = -2  # plan.h's op code for a barrier token
 MISMATCH = 4  # plan.h's status: the stall watch found rows that differ
+PEER_FAILED = 5  # plan.h's status: the stall watch found a peer's note that its run of this call failed
 
 _STALE_LOCK_S = 600.0  # a build takes 1-2 minutes even on a loaded machine
 _lock = threading.Lock()
@@ -235,6 +236,8 @@ def execute(ctx: Context, op: int, dataflow: bool, check: Any = None) -> None:
             raise stalled(ctx.plan.schedule, parse_rows(text), len(ctx.globals))
         if status == 3 or index < 0:
             raise RunError(f"rank {ctx.plan.rank}: {ctx.plan.schedule.name}: native executor: {text}")
+        if status == PEER_FAILED:
+            raise ctx.abandoned(ctx.plan.items[index], text)
         error: BaseException = TimeoutError(text) if status == 2 else RuntimeError(text)
         raise ctx.failure(ctx.plan.items[index], error)
     finally:
@@ -269,6 +272,11 @@ def exchange(row: list[int], group: Any, globals_: list[int], rank: int, deadlin
         raise stalled(schedule, parse_rows(text), p)
     head = (f"rank {rank} (global rank {globals_[rank]}): {what}: before step 0, exchanging metadata with "
             f"peer rank {peer} (global rank {globals_[peer]})")
+    if status == PEER_FAILED:
+        failed, _, note = text.partition(":")
+        report_failure(globals_[rank], f"abandoned exchanging metadata: rank {failed} had failed first")
+        raise RunError(f"{head}: abandoned: rank {failed} (global rank {globals_[int(failed)]}) had failed first: "
+                       f"{note}")
     # Only our own deadline makes a timeout: gloo also says "timeout" when it closed a pair because a wait
     # timed out earlier ("Application timeout caused pair closure"), which is the peer failing (as
     # runners.execution.executors.Context.failure tells them apart).

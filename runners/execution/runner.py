@@ -324,7 +324,12 @@ def _cross_check(schedule: Schedule, row: list[int], code: int, group: Any, rank
         what = f"{schedule.name} {schedule.collective.describe()}"
         table = exchange(row, group, globals_, meta_device(group), rank, deadline, what)
         check_table(schedule, table)
-        return table, None, 0
+        watched = None
+        if meta_device(group).type == "cpu" and native.available():
+            # The Python engine's waits under the stall watch too: a peer that failed this call is noticed
+            # within about COLLSCHED_STALL_S (runners/csrc/check.h); the rows agree (just checked).
+            watched = native.watch(group, [*row, 0], rank, p, 0, native.next_call(group), stall_seconds())
+        return table, watched, 0
     check_own_row(schedule, rank, row)
     return [row], None, 0
 
@@ -374,10 +379,15 @@ def _execute(prepared: Prepared, bufs: Buffers) -> None:
         _ensure_communicator(prepared.group, device)
     if prepared.engine == "native" and native.available():
         native.execute(ctx, prepared.op, dataflow=prepared.executor == "dataflow", check=prepared.check)
-    elif device.type == "cuda" or prepared.executor == "grouped":
-        execute_grouped(ctx)
     else:
-        execute_host(ctx)
+        if prepared.check is not None and device.type == "cpu":
+            ctx.watch, ctx.wait_watched = prepared.check, native.load().wait_watched
+        if device.type == "cuda" or prepared.executor == "grouped":
+            execute_grouped(ctx)
+        else:
+            execute_host(ctx)
+        if ctx.watch is not None:
+            ctx.watch.forget()  # a row written while a wait stalled is nobody's concern now
     if device.type == "cuda" and kind is Kind.BARRIER:
         torch.cuda.current_stream(device).synchronize()  # a barrier holds the host, as torch's does
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from runners.commands.launch import free_port, start_method
+from tests.runners import limits
 
 R = dist.ReduceOp
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -37,7 +37,7 @@ def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., Non
     # A hung collective must fail the test, not the whole suite: dump every thread's stack and exit.
     os.environ.clear()  # the caller's environment (a fork server's rank starts with the server's)
     os.environ.update(env)
-    faulthandler.dump_traceback_later(float(os.environ.get("COLLSCHED_TEST_TIMEOUT", "300")), exit=True)
+    faulthandler.dump_traceback_later(limits.JOB, exit=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     import runners.backend.group  # noqa: F401  (registers collsched)
 
@@ -644,129 +644,6 @@ def fsdp2_training(rank: int, world: int) -> None:
 # ----------------------------------------------------------------------------- Work semantics
 
 
-def work_semantics(rank: int, world: int) -> None:
-    """Issue order, is_completed/get_future, errors raised by wait(), timeouts, the group surviving an error."""
-    from datetime import timedelta
-
-    c = Checker(rank)
-    # Many outstanding collectives, big ones first: they complete in issue order.
-    order: list[int] = []
-    tensors = [torch.full((200_000 // (i + 1),), float(rank + i)) for i in range(12)]
-    works = [dist.all_reduce(t, async_op=True) for t in tensors]
-    for i, w in enumerate(works):
-        w.get_future().then(lambda _f, i=i: order.append(i))
-    for w in works:
-        w.wait()
-    time.sleep(0.05)  # the last callback runs on the worker thread
-    c.run("issue order", lambda: _same(order, list(range(12))))
-    for i, t in enumerate(tensors):
-        want = sum(float(r + i) for r in range(world))
-        c.equal(f"outstanding all_reduce {i}", t, torch.full_like(t, want))
-    c.run("is_completed after wait", lambda: _same([w.is_completed() for w in works], [True] * 12))
-    fut_value = works[0].get_future().value()
-    c.run("future holds the output", lambda: _same(fut_value[0] is tensors[0], True))
-
-    # A callback chained on a collective's future may itself wait for a collective (it runs on the worker thread).
-    def chained() -> None:
-        a, b = torch.ones(5), torch.full((5,), 2.0)
-        fut = dist.all_reduce(a, async_op=True).get_future().then(lambda _f: (dist.all_reduce(b), b.clone())[1])
-        _same(fut.wait().tolist(), [2.0 * world] * 5)
-        _same(a.tolist(), [float(world)] * 5)
-    c.run("callback waits for a collective", chained)
-
-    # An error in a queued collective: wait() raises it, on every rank, and the group stays usable.
-    def failing() -> None:
-        w = dist.all_reduce(torch.ones(4), op=R.BAND, async_op=True)  # BAND on floats: torch's rules forbid it
-        try:
-            w.wait()
-        except Exception as err:
-            if "BAND" not in str(err):
-                raise AssertionError(f"error does not name the op: {err}") from err
-        else:
-            raise AssertionError("wait() returned although the collective failed")
-        _same((w.is_completed(), w.is_success(), w.exception() is not None), (True, False, True))
-        try:
-            w.get_future().wait()
-        except Exception:
-            pass
-        else:
-            raise AssertionError("the future completed without the error")
-        try:
-            dist.all_reduce(torch.ones(4), op=R.BAND)
-        except Exception:
-            pass
-        else:
-            raise AssertionError("a synchronous failing all_reduce did not raise")
-    c.run("error surfaces", failing)
-    t = torch.ones(3)
-    c.run("usable after error", lambda: dist.all_reduce(t))
-    c.equal("usable after error", t, torch.full((3,), float(world)))
-
-    # wait(timeout) gives up while a peer is late, and a later wait() still succeeds.
-    def timed() -> None:
-        if rank == 1:
-            time.sleep(1.5)
-        x = torch.ones(2)
-        w = dist.all_reduce(x, async_op=True)
-        if rank == 0:
-            try:
-                w.wait(timedelta(milliseconds=200))
-            except TimeoutError:
-                pass
-            else:
-                raise AssertionError("wait(200 ms) returned while rank 1 was still asleep")
-            _same(w.is_completed(), False)
-        w.wait()
-        _same(x.tolist(), [float(world)] * 2)
-    c.run("wait timeout", timed)
-
-    # A timeout in the call's options (torch leaves it unset) replaces the group's for that collective.
-    pair = dist.new_group([0, 1], backend="collsched")
-
-    def per_call_timeout() -> None:
-        y = torch.full((4,), float(rank))
-        if rank == 1:
-            time.sleep(1.5)
-            try:  # gloo closed the pair when rank 0 gave up: this fails at once, naming rank 0
-                dist.broadcast(y, src=1, group=pair)
-            except RuntimeError as err:
-                if isinstance(err, TimeoutError) or "rank 0" not in str(err):
-                    raise AssertionError(f"rank 0's failure reported as {type(err).__name__}: {err}") from err
-            else:
-                raise AssertionError("a broadcast to the rank that gave up succeeded")
-            return
-        opts = dist.BroadcastOptions()
-        opts.rootRank, opts.rootTensor, opts.timeout = 1, 0, timedelta(milliseconds=300)
-        start = time.monotonic()
-        try:
-            pair.broadcast([y], opts).wait()
-        except TimeoutError as err:
-            if "rank 1" not in str(err):
-                raise AssertionError(f"the timeout does not name the late peer: {err}") from err
-        else:
-            raise AssertionError("broadcast with a 300 ms timeout returned while rank 1 was asleep")
-        if time.monotonic() - start > 1.2:
-            raise AssertionError(f"gave up after {time.monotonic() - start:.1f} s, not about 0.3 s")
-    def after_the_timeout() -> None:
-        # gloo closed the pair when rank 0 gave up: the next collective fails at once on both ranks, as the
-        # peer's failure (not as a timeout of its own, though gloo's message says "timeout").
-        start = time.monotonic()
-        try:
-            dist.barrier(group=pair)
-        except RuntimeError as err:
-            if isinstance(err, TimeoutError) or f"rank {1 - rank}" not in str(err):
-                raise AssertionError(f"the closed pair reported as {type(err).__name__}: {err}") from err
-        else:
-            raise AssertionError("a barrier over the pair gloo closed succeeded")
-        if time.monotonic() - start > 5:
-            raise AssertionError(f"the barrier took {time.monotonic() - start:.1f} s to fail")
-    if rank in (0, 1):
-        c.run("per-call timeout", per_call_timeout)
-        c.run("after a per-call timeout", after_the_timeout)
-    dist.destroy_process_group(pair)
-    c.finish(least=18)
-
-
 # ----------------------------------------------------------------------------- configuration
 
 
@@ -826,5 +703,5 @@ if __name__ == "__main__":  # python -m tests.runners.backend_cases exit BACKEND
 
     import runners.backend.group  # noqa: F401
 
-    os.environ["COLLSCHED_TEST_TIMEOUT"] = "60"
+    os.environ[limits.ENV] = str(limits.RUN)
     mp.spawn(_bare_entry, args=(2, free_port(), sys.argv[2]), nprocs=2, join=True)

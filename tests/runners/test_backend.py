@@ -17,6 +17,7 @@ import pytest
 from algorithms import registry
 from algorithms.ir import Kind
 from tests.runners import backend_cases as cases
+from tests.runners import limits, work_cases
 
 pytestmark = pytest.mark.multiprocess
 
@@ -72,7 +73,7 @@ def test_objects_coalesced_p2p_functional_subgroups() -> None:
 
 @pytest.mark.parametrize("engine", ["native", "python"])
 def test_work_order_errors_and_timeouts(engine: str) -> None:
-    cases.spawn(cases.work_semantics, 3, env={"COLLSCHED_EXECUTOR": engine})
+    cases.spawn(work_cases.work_semantics, 3, env={"COLLSCHED_EXECUTOR": engine})
 
 
 def test_ddp_matches_gloo() -> None:
@@ -95,7 +96,7 @@ def test_unknown_algorithm_fails_init_on_every_rank() -> None:
 def test_exit_without_destroy_does_not_abort() -> None:
     # A gloo group alive at interpreter exit aborts the process (SIGABRT); collsched releases its groups at exit.
     done = subprocess.run([sys.executable, "-m", "tests.runners.backend_cases", "exit", "collsched"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=limits.job(0.6))
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -110,9 +111,9 @@ def test_entry_point_registers_without_import(tmp_path: Path) -> None:
     probe = ("import sys, torch.distributed as dist; "
              "print('collsched' in dist.Backend.backend_list, 'runners.backend.group' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         timeout=limits.job(0.4), cwd=tmp_path)
     assert out.stdout.split() == ["True", "False"], out.stderr[-2000:]
     off = subprocess.run([sys.executable, "-c", probe], env={**env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                         capture_output=True, text=True, timeout=limits.job(0.4), cwd=tmp_path)
     assert off.stdout.split() == ["False", "False"], off.stderr[-2000:]

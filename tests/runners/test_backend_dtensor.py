@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from tests.runners import backend_cases as cases
+from tests.runners import limits
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 MESH = ((0, 1), (2, 3))  # rows: data-parallel replicas; columns: tensor-parallel peers
@@ -102,6 +103,6 @@ def test_a_per_device_string_leaves_no_warning_at_destroy(tmp_path: Path) -> Non
               "dist.destroy_process_group()\n")
     env = {**os.environ, "PORT": str(cases.free_port()), "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=120)
+                         timeout=limits.job(0.4))
     assert out.returncode == 0 and out.stdout.split() == ["4.0"], out.stderr[-2000:]
     assert "No backend of type" not in out.stderr, out.stderr[-2000:]

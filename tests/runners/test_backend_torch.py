@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from tests.runners import backend_cases as cases
+from tests.runners import limits
 
 pytestmark = pytest.mark.multiprocess
 
@@ -145,8 +146,8 @@ def monitored(rank: int, world: int) -> None:
 
     pg = collsched_group()  # the Python group (behind the C++ backend): its method and its call count
     assert pg is not None
-    pg.monitored_barrier(timedelta(seconds=60))
-    pg.monitored_barrier(timedelta(seconds=60), wait_all_ranks=True)
+    pg.monitored_barrier(timedelta(seconds=limits.RUN))
+    pg.monitored_barrier(timedelta(seconds=limits.RUN), wait_all_ranks=True)
     # Rank 2 stays away from this one.
     if rank == 2:
         time.sleep(3)
@@ -175,7 +176,7 @@ def monitored(rank: int, world: int) -> None:
     # The same sequence works again afterwards (every rank counts its calls alike).
     if rank != 0:
         pg._monitored += 1  # ranks 1 and 2 skipped the call above
-    pg.monitored_barrier(timedelta(seconds=60))
+    pg.monitored_barrier(timedelta(seconds=limits.RUN))
 
 
 def test_monitored_barrier_names_the_ranks_that_do_not_arrive() -> None:

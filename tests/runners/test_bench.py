@@ -17,6 +17,7 @@ from algorithms.ir import Kind
 from runners.commands import launch
 from runners.commands.bench import bus_factor, parse_sizes, table
 from runners.commands.cli import main
+from tests.runners import limits
 
 
 @pytest.mark.parametrize(("text", "size"), [("512", 512), ("1KiB", 1024), ("64MiB", 64 << 20), ("2GiB", 2 << 30),
@@ -101,7 +102,7 @@ def test_runners_bench_under_torchrun() -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
            "runners.commands.bench", "-c", "allgather", "-a", "ring", "--sizes", "4KiB", "--iters", "2",
            "--warmup", "1", "--json"]
-    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300,
+    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=limits.JOB,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(done.stdout)["rows"]

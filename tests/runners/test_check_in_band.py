@@ -19,6 +19,7 @@ from runners.commands.launch import spawn
 from runners.errors import InputError
 from runners.execution import arguments, native
 from runners.execution.runner import run
+from tests.runners import limits
 
 needs_native = pytest.mark.skipif(not native.available(), reason=f"native executor not built: {native.build_note()}")
 
@@ -108,29 +109,29 @@ def runner_job(rank: int, p: int) -> dict[str, object]:
     seen: dict[str, object] = {}
     for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.SUM):  # SUM and MAX on 64 floats: checked
         x = torch.full((64,), float(rank + 1))
-        run(sched, x, op=op, timeout=60)
+        run(sched, x, op=op, timeout=limits.RUN)
     y = torch.full((64,), rank + 1, dtype=torch.int32)
-    run(sched, y, timeout=60)  # int32 on 64 elements: checked too (the same bytes as float32)
+    run(sched, y, timeout=limits.RUN)  # int32 on 64 elements: checked too (the same bytes as float32)
     # A late peer (past the stall time) is waited for: nothing differs.
     if rank == p - 1:
         time.sleep(2.5)
     x = torch.full((64,), float(rank + 1))
-    run(sched, x, timeout=60)
+    run(sched, x, timeout=limits.RUN)
     seen["late peer"] = x.tolist() == [total] * 64
     # One rank with a new size (its first call of that signature) against peers whose signature is cached.
     n = 128 if rank == p - 1 else 64
-    seen["count"] = _attempt(lambda: run(sched, torch.ones(n), timeout=60))
+    seen["count"] = _attempt(lambda: run(sched, torch.ones(n), timeout=limits.RUN))
     # Every signature cached, ops differ: sizes alike, so only the salt keeps the data apart.
     op = dist.ReduceOp.MAX if rank == 0 else dist.ReduceOp.SUM
-    seen["op"] = _attempt(lambda: run(sched, torch.full((64,), float(rank + 1)), op=op, timeout=60))
+    seen["op"] = _attempt(lambda: run(sched, torch.full((64,), float(rank + 1)), op=op, timeout=limits.RUN))
     dtype = torch.int32 if rank == 1 else torch.float32
-    seen["dtype"] = _attempt(lambda: run(sched, torch.ones(64, dtype=dtype), timeout=60))
+    seen["dtype"] = _attempt(lambda: run(sched, torch.ones(64, dtype=dtype), timeout=limits.RUN))
     x = torch.full((64,), float(rank + 1))
-    run(sched, x, timeout=60)
+    run(sched, x, timeout=limits.RUN)
     seen["after"] = x.tolist() == [total] * 64
     # A new signature is exchanged again: rows the failed exchange above left unmatched must not answer it.
     x = torch.full((96,), float(rank + 1))
-    seen["new signature"] = _attempt(lambda: run(sched, x, timeout=60))
+    seen["new signature"] = _attempt(lambda: run(sched, x, timeout=limits.RUN))
     seen["new signature sum"] = x.tolist() == [total] * 96
     return seen
 
@@ -139,7 +140,7 @@ def runner_job(rank: int, p: int) -> dict[str, object]:
 @needs_native
 def test_a_later_call_whose_arguments_differ_on_one_rank_is_named_in_band() -> None:
     p = 3
-    for rank, seen in enumerate(spawn(runner_job, p, p, timeout=240)):
+    for rank, seen in enumerate(spawn(runner_job, p, p, timeout=limits.JOB)):
         assert seen["late peer"] is True, (rank, seen)
         # Which peers a rank's error lists depends on which had stalled when it looked; the rank that differs
         # and one that agrees are always among them.
@@ -176,7 +177,8 @@ def backend_job(rank: int, p: int) -> dict[str, object]:
 def test_the_backend_checks_by_default_and_names_a_later_differing_call(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLLSCHED_CHECK", raising=False)
     p = 3
-    for rank, seen in enumerate(spawn(backend_job, p, p, backend="collsched", timeout=240, group_timeout=60)):
+    for rank, seen in enumerate(spawn(backend_job, p, p, backend="collsched", timeout=limits.JOB,
+                                      group_timeout=limits.RUN)):
         assert seen["check"] is True and seen["sum"] is True and seen["after"] is True, (rank, seen)
         assert "InputError" in seen["count"] and "ranks disagree on the per-rank element count (" in seen["count"] \
             and "rank 1: 2048" in seen["count"] and ": 1024" in seen["count"], (rank, seen["count"])
@@ -203,4 +205,4 @@ def _released_job(rank: int) -> bool:
 def test_a_destroyed_group_is_not_kept_alive_by_the_checks_cache() -> None:
     # A cache that keeps the group keeps its gloo worker threads into interpreter shutdown, where one still
     # dropping its last Work needs the GIL and aborts the process ("terminate called without an active exception").
-    assert spawn(_released_job, 2, timeout=120) == [True, True]
+    assert spawn(_released_job, 2, timeout=limits.JOB) == [True, True]

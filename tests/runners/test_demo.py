@@ -13,6 +13,7 @@ from algorithms import build, registry
 from algorithms import formats as fileformat
 from runners.backend.policy import Policy
 from runners.commands.cli import main
+from tests.runners import limits
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 
@@ -23,7 +24,7 @@ def test_demo_runs_every_stage_and_writes_its_outputs(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "runners.commands.cli", "demo", "--ranks", "3", "--run-size", "64KiB", "--iters", "2",
          "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, capture_output=True, text=True, timeout=limits.job(2),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = proc.stdout
@@ -62,7 +63,7 @@ def test_demo_on_integers_with_a_named_algorithm(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "runners.commands.cli", "demo", "--ranks", "2", "-a", "ring", "--run-size", "4KiB",
          "--dtype", "int32", "--iters", "1", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, capture_output=True, text=True, timeout=limits.job(2),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "run ring, named with --algorithm (the backend's policy would run" in proc.stdout

@@ -18,6 +18,7 @@ import pytest
 
 from algorithms import registry
 from runners.commands.launch import spawn
+from tests.runners import limits
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # the repository
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -35,7 +36,7 @@ def _module() -> ModuleType:
 def test_runs_end_to_end_without_a_gpu() -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run([sys.executable, str(SCRIPT), "--p", "8", "--kinds", "allreduce,allgather"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=env, capture_output=True, text=True, timeout=limits.JOB)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "gpu_check: skipped: no GPU (torch.cuda.is_available() is False)" in done.stdout, done.stdout
     rows = {tuple(line.split()[:2]): line.split()[2:] for line in done.stdout.splitlines()
@@ -76,5 +77,5 @@ def _local_paths(rank: int) -> list[str]:
 
 @pytest.mark.multiprocess
 def test_the_one_gpu_check_passes_on_cpu_tensors() -> None:
-    lines = spawn(_local_paths, 1, timeout=300)[0]
+    lines = spawn(_local_paths, 1, timeout=limits.JOB)[0]
     assert len(lines) == 8 and all(line.startswith("ok") for line in lines), "\n".join(lines)

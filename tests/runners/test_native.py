@@ -6,11 +6,13 @@ Python and the native engine, and whose failure tests run on both.
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -21,46 +23,78 @@ from algorithms import registry
 from runners.commands.launch import spawn
 from runners.execution import native
 from runners.execution.runner import run
+from tests.runners import limits
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
+
+
+def _in_the_executor(thread: threading.Thread, engine: str) -> bool:
+    """Whether ``thread`` is blocked in the native executor's C++ (its Python frame at the call into it, which
+    releases the GIL: nothing between reaching that line and the call gives the GIL up); for the Python engine
+    whether it is in the executor (the control: its collective cannot finish while the GIL is held)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    lines, first = inspect.getsourcelines(native.execute)
+    call = first + next(i for i, line in enumerate(lines) if "native.compiled.run(" in line)
+    while frame is not None:
+        if engine == "native" and frame.f_code is native.execute.__code__ and frame.f_lineno == call:
+            return True
+        if engine == "python" and frame.f_code.co_filename.endswith("executors.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def gil_job(rank: int, engines: list[str], cap: float) -> list[tuple[str, bool]]:
     """Rank 0 runs an all-reduce on a thread while its main thread spins in pure Python, never releasing the
     GIL (switch interval raised); whether the collective completed while the spinning went on, per engine.
 
-    Rank 1 joins each run late, so rank 0's collective is in flight (blocked on its peer) when the
-    spinning starts: it can only finish if the executor needs no GIL to take the data and reduce it."""
+    Rank 1 joins each run only once rank 0's thread is blocked in the run and its main thread is about to spin
+    (a key in the store says so), so the collective can only finish if the executor needs no GIL to take the
+    data and reduce it. Setting the key releases the GIL for a moment: a run that finished before the spinning
+    began tells nothing, and is tried again (up to 5 times). Nothing waits on time: ``cap`` only bounds the
+    spinning of the control."""
     sched = registry.get("allreduce", "recursive_doubling").build(2)
+    store = dist.distributed_c10d._get_default_store()
     seen = []
     for engine in engines:
         warm = torch.ones(64)
         run(sched, warm, check=False, engine=engine)  # plans, buffers and the extension are ready
-        dist.barrier()
-        x = torch.full((64,), float(rank + 1))
-        if rank == 1:
-            time.sleep(1.5)
-            run(sched, x, check=False, engine=engine, timeout=60)
-            seen.append((engine, True))
-            continue
-        worker = threading.Thread(target=run, args=(sched, x), kwargs={"check": False, "engine": engine,
-                                                                       "timeout": 60})
-        worker.start()
-        time.sleep(0.5)  # the worker is now blocked in the run, waiting for rank 1
-        view = x.numpy()  # numpy indexing keeps the GIL (torch's item() releases it)
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(1000.0)
-        try:
-            end = time.monotonic() + cap
-            finished = False
-            while time.monotonic() < end:  # pure Python: this thread keeps the GIL
-                if view[0] == 3.0:
-                    finished = True
+        for attempt in range(5):
+            dist.barrier()
+            x = torch.full((64,), float(rank + 1))
+            key = f"gil-job/{engine}/{attempt}"
+            if rank == 1:
+                store.wait([f"{key}/join"], timedelta(seconds=limits.JOB))
+                run(sched, x, check=False, engine=engine, timeout=limits.RUN)
+                store.wait([f"{key}/told"], timedelta(seconds=limits.JOB))
+                if store.get(f"{key}/told") == b"done":
+                    seen.append((engine, True))
                     break
-        finally:
-            sys.setswitchinterval(interval)
-        worker.join()
-        seen.append((engine, finished))
+                continue
+            worker = threading.Thread(target=run, args=(sched, x), kwargs={"check": False, "engine": engine,
+                                                                           "timeout": limits.RUN})
+            worker.start()
+            while not _in_the_executor(worker, engine):
+                time.sleep(0.01)
+            view = x.numpy()  # numpy indexing keeps the GIL (torch's item() releases it)
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(1000.0)
+            try:
+                store.set(f"{key}/join", "1")  # rank 1 joins now (the GIL is let go while the store answers)
+                early = view[0] == 3.0  # finished before the spinning began: this attempt cannot tell
+                end = time.monotonic() + cap
+                finished = False
+                while not early and time.monotonic() < end:  # pure Python: this thread keeps the GIL
+                    if view[0] == 3.0:
+                        finished = True
+                        break
+            finally:
+                sys.setswitchinterval(interval)
+            worker.join()
+            store.set(f"{key}/told", "again" if early and attempt < 4 else "done")
+            if not early or attempt == 4:
+                seen.append((engine, finished))
+                break
     return seen
 
 
@@ -70,7 +104,7 @@ def test_the_native_executor_finishes_a_collective_while_python_holds_the_gil() 
     if not native.available():
         pytest.skip(f"native executor not built: {native.build_note()}")
     # The Python engine is the control: the same collective cannot finish while the GIL is held.
-    got = spawn(gil_job, 2, ["native", "python"], 4.0, timeout=240)
+    got = spawn(gil_job, 2, ["native", "python"], limits.BASE / 20, timeout=limits.JOB)
     assert got[0] == [("native", True), ("python", False)], got
 
 
@@ -100,7 +134,8 @@ def test_no_compiler_means_one_line_and_the_python_executor(tmp_path: Path) -> N
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLLSCHED_CACHE": str(tmp_path), "PATH": str(tmp_path),
            "CXX": "no-such-compiler"}
     env.pop(native.ENV_EXECUTOR, None)
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         timeout=limits.job(0.4))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["python", "[1.0,", "1.0,", "1.0,", "1.0]"], out.stdout
     lines = [line for line in out.stderr.splitlines() if "native executor" in line]
@@ -115,7 +150,7 @@ def floor_job(rank: int) -> tuple[bool, str]:
 
     from runners.execution.plan import rank_plan
 
-    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=20))
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=limits.RUN))
     rows = native.transport_rows(rank_plan(registry.get("allreduce", "ring").build(3, chunks=2), rank), 4)
     native.load().transport_floor(rows, group, 3)
     try:
@@ -130,7 +165,7 @@ def floor_job(rank: int) -> tuple[bool, str]:
 def test_the_transport_floor_posts_a_plans_messages_and_refuses_a_short_row() -> None:
     if not native.available():
         pytest.skip(f"native executor not built: {native.build_note()}")
-    got = spawn(floor_job, 3, timeout=120)
+    got = spawn(floor_job, 3, timeout=limits.JOB)
     assert [ran for ran, _ in got] == [True] * 3
     assert all("a row needs 5 fields, got 4" in bad for _, bad in got), got
 

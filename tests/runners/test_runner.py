@@ -25,7 +25,8 @@ from algorithms.ir import Collective, Kind, Schedule
 from runners.commands.launch import SpawnError, spawn
 from runners.execution import executors
 from runners.execution import native as native_module
-from runners.execution.runner import InputError, RunError, RunTimeout, run
+from runners.execution.runner import InputError, RunError, run
+from tests.runners import limits
 from tests.runners.runner_schedules import extra_schedules
 
 R = dist.ReduceOp
@@ -137,7 +138,7 @@ def one_case(sched: Schedule, dtype: torch.dtype, op: str, n: int, seed: int, gr
     label = f"{sched.name} {coll.describe()} {str(dtype)[6:]} {op} N={n} {engine}"
     if kind is Kind.BARRIER:
         for executor in chosen:
-            run(sched, group=group, timeout=60, executor=executor, engine=engine)
+            run(sched, group=group, timeout=limits.RUN, executor=executor, engine=engine)
         return None
     segs_in = p if kind in (Kind.REDUCESCATTER, Kind.SCATTER, Kind.ALLTOALL) else 1
     if kind is Kind.ALLTOALLV:  # N elements a chunk: the rank's row of the matrix
@@ -169,13 +170,13 @@ def _one_run(sched: Schedule, data: torch.Tensor | None, ref: torch.Tensor | Non
     if coll.in_place:
         assert x is not None
         got: torch.Tensor | None = x
-        run(sched, x, op=OPS[op], group=group, timeout=60, executor=executor, engine=engine)
+        run(sched, x, op=OPS[op], group=group, timeout=limits.RUN, executor=executor, engine=engine)
     else:
         segs_out = p if kind in (Kind.ALLGATHER, Kind.ALLTOALL, Kind.GATHER) else 1
         if kind is Kind.ALLTOALLV:
             segs_out = coll.output_chunks(me)
         out = None if kind is Kind.GATHER and me != root else torch.full((segs_out * n,), 7).to(DEVICE[0], dtype)
-        got = run(sched, x, out, op=OPS[op], group=group, timeout=60, executor=executor, engine=engine)
+        got = run(sched, x, out, op=OPS[op], group=group, timeout=limits.RUN, executor=executor, engine=engine)
         if x is not None and data is not None and not torch.equal(x, data):
             return f"{label}: rank {me}: the input of an out-of-place kind was modified"
     if ref is None:
@@ -290,7 +291,7 @@ def _check(results: list[list[str]]) -> None:
 @pytest.mark.multiprocess
 def test_every_kind_matches_torch_on_4_ranks_and_a_subgroup() -> None:
     # Three dtypes here (a float, an integer, bool); every dtype runs at 2 and 3 ranks.
-    _check(spawn(correctness_job, 4, ["float32", "int64", "bool"], [1, 2, 3], 4, timeout=600))
+    _check(spawn(correctness_job, 4, ["float32", "int64", "bool"], [1, 2, 3], 4, timeout=limits.job(2)))
 
 
 @pytest.mark.multiprocess
@@ -299,12 +300,12 @@ def test_every_kind_matches_torch_on_4_ranks_and_a_subgroup() -> None:
 def test_every_kind_and_dtype_matches_torch(p: int, dtypes: list[str]) -> None:
     # At 5 and 8 ranks on 2 cores a case costs most: each case runs on one executor, in turns (every case
     # runs on both executors at 2, 3 and 4 ranks).
-    _check(spawn(correctness_job, p, dtypes, None, p, p > 4, timeout=1800))
+    _check(spawn(correctness_job, p, dtypes, None, p, p > 4, timeout=limits.job(6)))
 
 
 @pytest.mark.multiprocess
 def test_every_dtype_matches_torch_on_3_ranks() -> None:
-    _check(spawn(correctness_job, 3, ALL_DTYPES, None, 3, timeout=600))
+    _check(spawn(correctness_job, 3, ALL_DTYPES, None, 3, timeout=limits.job(2)))
 
 
 def test_the_case_plan_covers_every_schedule_dtype_and_op() -> None:
@@ -374,7 +375,7 @@ def bad_input_job(rank: int) -> list[tuple[str, str]]:
         # The group still works after every rejected call: nothing is left half-posted
         # (every other time without the metadata exchange).
         y = torch.full((5,), float(rank))
-        run(ring, y, timeout=60, check=i % 2 == 0, executor=("dataflow", "grouped")[i // 2 % 2],
+        run(ring, y, timeout=limits.RUN, check=i % 2 == 0, executor=("dataflow", "grouped")[i // 2 % 2],
             engine=ENGINES[i // 4 % 2])
         if y.tolist() != [float(sum(range(p)))] * 5:
             seen.append((name, f"group broken afterwards: {y.tolist()}"))
@@ -383,7 +384,7 @@ def bad_input_job(rank: int) -> list[tuple[str, str]]:
 
 @pytest.mark.multiprocess
 def test_bad_inputs_raise_the_same_clear_error_on_every_rank() -> None:
-    results = spawn(bad_input_job, 3, timeout=300)
+    results = spawn(bad_input_job, 3, timeout=limits.JOB)
     by_case = list(zip(*results, strict=True))
     expect = {
         "size on rank 1": "rank 1", "dtype int16 on rank 2": "rank 2: tensor has dtype torch.int16",
@@ -411,9 +412,33 @@ def test_bad_inputs_raise_the_same_clear_error_on_every_rank() -> None:
 # ------------------------------------------------------------------ failures
 
 
-def killed_peer_job(rank: int, executor: str = "dataflow", engine: str = "python") -> str:
+def _store() -> Any:
+    return dist.distributed_c10d._get_default_store()
+
+
+def _wait_count(key: str, n: int) -> None:
+    """Wait until the counter ``key`` in the store reaches ``n`` (up to a job's time)."""
+    store = _store()
+    end = time.monotonic() + limits.JOB
+    while store.add(key, 0) < n and time.monotonic() < end:
+        time.sleep(0.05)
+
+
+def _leave_together(key: str, n: int) -> None:
+    """The ``n`` ranks that call this leave together, rank 0 (which hosts the store) last: it must not exit,
+    taking the store and the notes in it, while a peer still reads them."""
+    store = _store()
+    store.add(key, 1)
+    _wait_count(key, n)
+    if dist.get_rank() != 0:
+        store.add(f"{key}/left", 1)
+        return
+    _wait_count(f"{key}/left", n - 1)
+
+
+def killed_peer_job(rank: int, executor: str = "dataflow", engine: str = "python") -> tuple[str, float]:
     """Rank 2 kills itself right after posting its first data send of a large all-reduce (native: as it
-    starts executing, after the metadata exchange)."""
+    starts executing, after the metadata exchange); the others' outcome and how long they took."""
     sched = registry.get("allreduce", "ring").build(3, chunks=4)
     if rank == 2 and engine == "native":
         def die(*args: Any, **kwargs: Any) -> None:
@@ -430,81 +455,118 @@ def killed_peer_job(rank: int, executor: str = "dataflow", engine: str = "python
             return work
 
         dist.isend = isend_then_die  # type: ignore[assignment]
+    start = time.monotonic()
     try:
-        run(sched, torch.ones(1 << 20), timeout=120, executor=executor, engine=engine)
+        run(sched, torch.ones(1 << 20), timeout=limits.RUN, executor=executor, engine=engine)
+        outcome = "finished"
     except RunError as e:
-        return f"{type(e).__name__}: {e}"
+        outcome = f"{type(e).__name__}: {e}"
     except Exception as e:
-        return f"unexpected {type(e).__name__}: {e}"
-    return "finished"
+        outcome = f"unexpected {type(e).__name__}: {e}"
+    took = time.monotonic() - start
+    _leave_together("killed/done", 2)
+    return outcome, took
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("executor", ["dataflow", "grouped"])
 def test_a_killed_peer_makes_the_others_fail_naming_it(executor: str, engine: str) -> None:
+    # Each survivor names rank 2: the one whose transfer with it failed directly, the other through the note
+    # of the peer that failed first (it waited on that peer, which stopped sending). Neither waits for its
+    # run's timeout: the stall watch finds the note within about COLLSCHED_STALL_S (before: the full 60 s,
+    # unless the first one's exit happened to close the connection, and then the wrong peer was named).
     with pytest.raises(SpawnError) as info:
-        spawn(killed_peer_job, 3, executor, engine, timeout=200)
+        spawn(killed_peer_job, 3, executor, engine, timeout=limits.JOB)
     outcomes = info.value.outcomes
     assert outcomes[2].exitcode == -signal.SIGKILL
     for o in outcomes[:2]:
         assert o.ok, o.error
-        assert o.value.startswith("RunError"), o.value
-        assert "peer rank 2" in o.value and "step" in o.value, o.value
+        text, took = o.value
+        assert text.startswith("RunError"), text
+        assert "peer rank 2" in text and "step" in text, text
+        assert took < limits.RUN, (took, text)
 
 
-def silent_peer_job(rank: int, stall: bool, executor: str = "dataflow", engine: str = "python") -> str:
-    """Rank 1 never joins the run, or (``stall``) joins and stops after its first send (native: as it starts
-    executing, after the metadata exchange); it stays alive."""
-    sched = registry.get("allreduce", "ring").build(2, chunks=2)
-    # Line the ranks up first: on a loaded machine one can start seconds after the other, and rank 0's
-    # 1.5 s would then run out in the metadata exchange instead of at the step the test is about.
+def silent_peer_job(rank: int, stall: bool, executor: str = "dataflow", engine: str = "python",
+                    world: int = 2) -> str:
+    """The last rank never joins the run, or (``stall``) joins and stops after its first send (native: as it
+    starts executing, after the metadata exchange); it stays alive, and lets go only once every other rank has
+    given up (a counter in the store: no sleeping)."""
+    sched = registry.get("allreduce", "ring").build(world, chunks=2)
+    silent = world - 1
     dist.barrier()
-    if rank == 1 and not stall:
-        time.sleep(4)
-        return "stayed out"
-    if rank == 1 and engine == "native":
+
+    def until_the_others_gave_up() -> None:
+        _wait_count("silent/gave-up", world - 1)
+
+    outcome = "finished"
+    if rank == silent and engine == "native":
         def stall_then_stop(*args: Any, **kwargs: Any) -> None:
-            time.sleep(4)
+            until_the_others_gave_up()
             raise KeyboardInterrupt("stalled on purpose")
 
         native_module.execute = stall_then_stop  # type: ignore[assignment]
-    elif rank == 1:
+    elif rank == silent:
         isend = dist.isend
 
         def isend_then_stall(*args: Any, tag: int = 0, **kwargs: Any) -> Any:
             work = isend(*args, tag=tag, **kwargs)
             if tag >= sched.num_transfers:  # the metadata exchange goes through
                 return work
-            time.sleep(4)
+            until_the_others_gave_up()
             raise KeyboardInterrupt("stalled on purpose")
 
         dist.isend = isend_then_stall  # type: ignore[assignment]
-    if rank == 1:
+    if rank == silent and not stall:
+        until_the_others_gave_up()
+        outcome = "stayed out"
+    elif rank == silent:
         try:
-            run(sched, torch.ones(100), timeout=60, executor=executor, engine=engine)
+            run(sched, torch.ones(100), timeout=limits.RUN, executor=executor, engine=engine)
         except KeyboardInterrupt:
-            return "stalled"
-    try:
-        run(sched, torch.ones(100), timeout=1.5, executor=executor, engine=engine)
-    except RunTimeout as e:
-        return f"{type(e).__name__}: {e}"
-    return "finished"
+            outcome = "stalled"
+    else:
+        try:
+            run(sched, torch.ones(100), timeout=1.5 if world == 2 else limits.RUN / 10, executor=executor,
+                engine=engine)
+        except RunError as e:
+            outcome = f"{type(e).__name__}: {e}"
+        finally:
+            _store().add("silent/gave-up", 1)
+    _leave_together("silent/done", world)
+    return outcome
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("executor", ["dataflow", "grouped"])
 def test_a_run_that_cannot_finish_times_out_naming_step_and_peer(executor: str, engine: str) -> None:
-    stalled = spawn(silent_peer_job, 2, True, executor, engine, timeout=200)
+    stalled = spawn(silent_peer_job, 2, True, executor, engine, timeout=limits.JOB)
     assert stalled[1] == "stalled"
     assert stalled[0].startswith("RunTimeout"), stalled[0]
     assert "step 0 transfer" in stalled[0] and "peer rank 1" in stalled[0] and "1.5 s" in stalled[0], stalled[0]
+    assert "no word from rank(s) 1" in stalled[0], stalled[0]  # the stall watch: rank 1 is not stalled on anyone
     if executor == "dataflow":  # a peer that never calls run() fails the metadata check, whatever the executor
-        absent = spawn(silent_peer_job, 2, False, executor, engine, timeout=200)
+        absent = spawn(silent_peer_job, 2, False, executor, engine, timeout=limits.JOB)
         assert absent[1] == "stayed out"
         assert absent[0].startswith("RunTimeout"), absent[0]
         assert "before step 0" in absent[0] and "peer rank 1" in absent[0], absent[0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_stopped_rank_is_blamed_not_the_healthy_peer_waiting_on_it(engine: str) -> None:
+    # Issue 34: after SIGSTOP of one rank, a rank blamed a healthy peer. In a ring of 3, rank 1 waits on rank
+    # 0, which waits on the stopped rank 2: whichever way each one ends (its own timeout, or the note of the
+    # peer that timed out first), its error names rank 2 as the one that never said a word.
+    got = spawn(silent_peer_job, 3, True, "dataflow", engine, 3, timeout=limits.JOB)
+    assert got[2] == "stalled"
+    for text in got[:2]:
+        assert text.startswith(("RunTimeout", "RunError")), text
+        named = ("no word from rank(s) 2" in text or ("no word from rank(s) " in text and ", 2" in text)
+                 or ("had failed first" in text and "peer rank 2" in text))
+        assert named, text
 
 
 def test_run_needs_an_initialised_group() -> None:
@@ -542,7 +604,7 @@ def warm_up_job(rank: int) -> list[int]:
 @pytest.mark.multiprocess
 def test_a_group_not_bound_to_a_device_gets_one_collective_before_its_first_run() -> None:
     # On nccl this makes the group's own communicator (with every rank) before any batch_isend_irecv.
-    assert spawn(warm_up_job, 2, timeout=120) == [[1, 1, 2], [1, 1, 2]]
+    assert spawn(warm_up_job, 2, timeout=limits.JOB) == [[1, 1, 2], [1, 1, 2]]
 
 
 def environment_job(rank: int, name: str) -> tuple[str | None, bool]:

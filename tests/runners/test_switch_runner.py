@@ -17,6 +17,7 @@ from runners.commands.launch import spawn
 from runners.execution import switching
 from runners.execution.switching import SwitchError, on_torch
 from tests.algorithms import switch_cases
+from tests.runners import limits
 from tests.runners.test_runner import EXECUTORS, one_case
 
 
@@ -39,7 +40,7 @@ def switch_job(rank: int, seed: int) -> list[str]:
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("p", [pytest.param(2, marks=pytest.mark.slow), 4])
 def test_switch_schedules_match_torch_on_gloo(p: int) -> None:
-    results = spawn(switch_job, p, 7, timeout=600)
+    results = spawn(switch_job, p, 7, timeout=limits.job(2))
     failures = [f for r in results for f in r]
     assert failures == [], "\n".join(failures[:20])
 

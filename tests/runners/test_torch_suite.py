@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.runners import limits
+
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 DRIVER = Path(__file__).with_name("torch_suite_driver.py")
@@ -41,7 +43,7 @@ def test_pytorch_distributed_suite_on_collsched(tmp_path: Path) -> None:
     ids.append(f"{DRIVER}::TestCollschedWithSpawn::{SELECTED[0]}")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider",
                            "-rfEs", *ids],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=limits.job(3))
     out = proc.stdout + proc.stderr
     tail = out[-6000:]
     assert proc.returncode == 0, tail

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runners.commands.launch import SpawnError, spawn
+from tests.runners import limits
 from tests.runners import verify_cases as cases
 
 pytestmark = pytest.mark.multiprocess
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _refused_everywhere(fn: object, world: int, *args: object, backend: str = "collsched") -> list[str]:
     """Every rank's error text; fails if any rank returned (ran the wrong schedule)."""
     with pytest.raises(SpawnError) as caught:
-        spawn(fn, world, *args, backend=backend, timeout=float(os.environ.get("COLLSCHED_TEST_TIMEOUT", "300")))
+        spawn(fn, world, *args, backend=backend, timeout=limits.JOB)
     outcomes = caught.value.outcomes
     assert [o.ok for o in outcomes] == [False] * world, [(o.rank, o.value) for o in outcomes]
     return [o.error or "" for o in outcomes]
@@ -56,7 +57,7 @@ def test_the_reproducer_script_exits_non_zero(tmp_path: Path) -> None:
     env = {**os.environ, "COLLSCHED_IMPORT": str(module), "COLLSCHED_ALGORITHMS": "allgather=broken_gather",
            "COLLSCHED_VERIFY_CACHE": str(tmp_path / "verified"), "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=float(os.environ.get("COLLSCHED_TEST_TIMEOUT", "300")))
+                          timeout=limits.JOB)
     assert done.returncode != 0, done.stdout
     assert "2 of 2 ranks failed" in done.stderr and "broken_gather" in done.stderr, done.stderr[-2000:]
 

@@ -12,11 +12,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tests.runners import limits
+
 # A user's all-gather with one wrong chunk index: rank 1 sends rank 0 its chunk 1 where chunk 0 belongs.
 BROKEN_ALLGATHER = '''
 from algorithms import Collective, Kind, ScheduleBuilder
 from algorithms.ir import Buf
 from algorithms.registry import register
+from tests.runners import limits
 
 
 @register(Kind.ALLGATHER, "broken_gather", source="a user's module with one wrong chunk index")
@@ -48,7 +51,7 @@ def dropped_ring(directory: Path, ranks: int = 4) -> Path:
 
     path = directory / "ring.json"
     done = subprocess.run([sys.executable, "-m", "runners.commands.cli", "export", "-c", "allreduce", "-a", "ring",
-                           "-p", str(ranks), "-o", str(path)], capture_output=True, text=True, timeout=300,
+                           "-p", str(ranks), "-o", str(path)], capture_output=True, text=True, timeout=limits.JOB,
                           cwd=Path(__file__).resolve().parents[2])
     if done.returncode != 0:
         raise AssertionError(f"collsched export failed: {done.stderr[-2000:]}")
