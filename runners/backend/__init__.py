@@ -7,6 +7,7 @@
 - ``alltoallv`` and ``direct``: uneven all-to-all as a schedule, and point-to-point fallbacks;
 - ``work``: what a collective returns, and the queue that runs a group's collectives;
 - ``inner_groups``: the plain gloo and nccl groups underneath;
+- ``settings``: the settings every rank of a group must share, compared when the group is made;
 - ``registration`` and ``autoload``: registration with torch, cheap and idempotent.
 
 Importing this package registers the backend with a creator that imports ``group`` only when the first

@@ -74,7 +74,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms.ir import Kind
-from runners.backend import alltoallv, direct
+from runners.backend import alltoallv, direct, settings
 from runners.backend import cpp as cpp_backend
 from runners.backend.collectives import Collectives, device_type_of, timeout_of
 from runners.backend.inner_groups import forget_inner_group, inner_group
@@ -145,6 +145,15 @@ class CollschedProcessGroup(Collectives, dist.ProcessGroup):
             "cpu": inner_group(store, rank, size, timeout, "cpu", self._global_ranks, "cpu"),
             "cpu-p2p": inner_group(store, rank, size, timeout, "cpu", self._global_ranks, "cpu-p2p"),
         }
+        # Every rank is connected now: compare the settings that make ranks run different code (executor,
+        # check, verification, native build, version), once, through the store (runners.backend.settings).
+        try:
+            settings.exchange(store, rank, size, timeout, self._global_ranks)
+        except BaseException:
+            for inner in self._inner.values():
+                forget_inner_group(inner)
+            self._inner.clear()
+            raise
         if torch.cuda.is_available() and dist.is_nccl_available():
             # Eager, as torch's own subgroups are, when the default group is bound to a device.
             bound = getattr(c10d._world.default_pg, "bound_device_id", None) if dist.is_initialized() else None
