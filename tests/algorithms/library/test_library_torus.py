@@ -243,7 +243,7 @@ def test_the_registered_cost_is_the_hand_formula() -> None:
     # torus_bucket on 3x5: 2(2 + 4) = 12 steps, 2·14/15·n.
     tb = registry.get("allreduce", "torus_bucket").cost
     assert tb is not None
-    dims: Any = {"dims": "3x5"}
+    dims: Any = registry.get("allreduce", "torus_bucket").resolve({"dims": "3x5"})  # with its defaults, as called
     assert tb.steps(15, 15.0, dims) == 12 and tb.bytes(15, 15.0, dims) == 28.0
 
 
