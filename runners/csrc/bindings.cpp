@@ -43,6 +43,9 @@ void bind_check(py::module_& m) {
       .def_readonly("salt", &Check::salt)
       .def("note_failure", &Check::note_failure, py::arg("text"), py::call_guard<py::gil_scoped_release>())
       .def("blame", &Check::blame, py::call_guard<py::gil_scoped_release>())
+      .def("note_of", &Check::note_of, py::arg("rank"), py::arg("seconds") = 0.0,
+           py::call_guard<py::gil_scoped_release>())
+      .def_readonly("stall_s", &Check::stall_s)
       .def("forget", &Check::forget, py::call_guard<py::gil_scoped_release>());
   m.def("salt_of", &collsched::salt_of, py::arg("row"), py::arg("counter"), py::arg("shift"));
   m.def("next_call", &collsched::next_call, py::arg("group"));

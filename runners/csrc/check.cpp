@@ -95,6 +95,21 @@ void Check::note_failure(const std::string& text) {
   }
 }
 
+std::string Check::note_of(int64_t q, double seconds) {
+  if (!store || q < 0 || q >= p) return "";
+  std::lock_guard<std::mutex> g(io);
+  try {
+    if (!store->check({failure_key(q)})) {
+      if (seconds <= 0) return "";
+      store->wait({failure_key(q)}, std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3)));
+    }
+    auto bytes = store->get(failure_key(q));
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 std::string Check::blame() {
   if (!store || p < 2) return "";
   std::lock_guard<std::mutex> g(io);

@@ -86,6 +86,11 @@ struct Check {
   // This rank's run of the call failed: a note for peers that stall waiting on it (never throws).
   void note_failure(const std::string& text);
 
+  // Peer q's note for this call, waiting up to `seconds` for it ("" when it left none, or the store cannot
+  // tell; never throws): what a rank whose transfer with q failed says q had failed with. A peer whose own
+  // wait timed out closes the pair at once (gloo) and writes its note a moment later: hence the wait.
+  std::string note_of(int64_t q, double seconds = 0.0);
+
   // For a run that timed out: which peers are stalled in this call too (rows in the store) and which never
   // wrote, as " (stall watch: ...)"; empty when the store cannot tell (never throws).
   std::string blame();

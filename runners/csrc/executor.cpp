@@ -143,6 +143,8 @@ Outcome noted(const Plan& plan, const std::shared_ptr<Check>& check, const Failu
     const Item& it = plan.items()[static_cast<size_t>(f.item)];
     what = "step " + std::to_string(it.step) + ": " + (it.role == SEND ? "send to" : "receive from") +
            " peer rank " + std::to_string(it.peer) + ": " + text;
+    std::string theirs = f.status == FAILED && !timed_out ? check->note_of(it.peer, check->stall_s) : "";
+    if (!theirs.empty()) text += " (rank " + std::to_string(it.peer) + " had failed first: " + theirs + ")";
   }
   if (f.status == PEER_FAILED) {
     auto colon = text.find(':');

@@ -147,9 +147,15 @@ class Context:
             blame = self.watch.blame() if self.watch is not None and "stall watch" not in text else ""
             if self.watch is not None:
                 self.watch.note_failure(f"step {it.step}: {verb} peer rank {it.peer}: timed out")
+            report_failure(self.globals[plan.rank], f"{it.describe()}: {verb} peer {peer} timed out")
             return RunTimeout(f"{head} did not complete within {self.timeout:g} s; waiting on peer {peer} "
                               f"({text}){blame}")
-        note = peer_report(self.globals[it.peer])
+        # What the peer said it failed with, this call (the stall watch's note, waited for up to the stall time:
+        # a peer whose wait timed out closes the pair first and writes its note after), or at all (the store's
+        # note): a peer that failed first closes its pairs, and its error is the cause of ours.
+        theirs = (self.watch.note_of(it.peer, self.watch.stall_s)
+                  if self.watch is not None and "had failed first" not in text else "")
+        note = f"rank {it.peer} had failed first: {theirs}" if theirs else peer_report(self.globals[it.peer])
         failure = f"{head} failed: peer {peer} ({note or text})"
         report_failure(self.globals[plan.rank], f"{it.describe()}: {verb} peer {peer} failed ({text})")
         if self.watch is not None:
