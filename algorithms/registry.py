@@ -33,10 +33,13 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from algorithms.errors import CollschedError, RegistryError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
+
+if TYPE_CHECKING:
+    from algorithms.symmetric import SymmetricForm
 
 __all__ = ["Algorithm", "Cost", "Parameter", "register", "get", "algorithms", "build", "kinds", "import_modules",
            "load_entry_points", "load_plugins", "ENTRY_POINT_GROUP", "ENV_IMPORT"]
@@ -116,6 +119,9 @@ class Algorithm:
     listed: bool = True
     """False for algorithms that ``get`` serves by name but ``algorithms()`` does not list (the
     topology-aware synthesizer: it has no closed-form cost, and building it costs a packing)."""
+    symmetric: Callable[..., SymmetricForm | None] | None = field(default=None, repr=False)
+    """Called as the builder is, ``(ranks, **params)``: the schedule's symmetric form
+    (``algorithms.symmetric``), or None where it has none; None here: the algorithm gives none."""
 
     @property
     def module(self) -> str:
@@ -214,6 +220,25 @@ class Algorithm:
             raise RegistryError(f"{self._called(ranks, extra, resolved)} raised {type(e).__name__}: {e}") from None
         return self._checked(schedule, ranks, extra, resolved)
 
+    def symmetric_form(self, ranks: int, **params: int | str) -> SymmetricForm | None:
+        """The symmetric form of the schedule ``build(ranks, **params)`` would return (``algorithms.symmetric``),
+        or None where the algorithm gives none for these parameters. Nothing is built."""
+        if self.symmetric is None:
+            return None
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+            raise RegistryError(f"ranks must be an integer >= 1, got {ranks!r}")
+        resolved = self.resolve(params)
+        refusal = self.refusal(ranks, params)
+        if refusal is not None:
+            raise RegistryError(refusal)
+        try:
+            return self.symmetric(ranks, **resolved)
+        except CollschedError:
+            raise
+        except Exception as e:  # as build: the module's own bug, named
+            raise RegistryError(f"{self._called(ranks, {}, resolved)} (symmetric form) raised "
+                                f"{type(e).__name__}: {e}") from None
+
     def _called(self, ranks: int, extra: Mapping[str, Any], resolved: Mapping[str, Any]) -> str:
         """The builder call in words: its module and function, the algorithm, p and the parameters."""
         args = ", ".join(f"{k}={v!r}" for k, v in {**({"root": extra["root"]} if "root" in extra else {}),
@@ -263,8 +288,10 @@ def register(
     cost: Cost | None = None,
     check: Callable[[int, Mapping[str, int]], str | None] | None = None,
     listed: bool = True,
+    symmetric: Callable[..., SymmetricForm | None] | None = None,
 ) -> Callable[[Builder], Builder]:
-    """Decorator: register a builder as ``kind``/``name`` (``listed=False``: by name only)."""
+    """Decorator: register a builder as ``kind``/``name`` (``listed=False``: by name only; ``symmetric``: its
+    symmetric form, ``Algorithm.symmetric``)."""
 
     def wrap(builder: Builder) -> Builder:
         key = (Kind(kind), name)
@@ -272,7 +299,8 @@ def register(
             raise RegistryError(f"{kind}/{name} is registered twice")
         if cost is not None:
             _check_cost(f"{Kind(kind)}/{name}", str(getattr(builder, "__module__", None) or "?"), cost)
-        _REGISTRY[key] = Algorithm(Kind(kind), name, builder, source, constraints, parameters, cost, check, listed)
+        _REGISTRY[key] = Algorithm(Kind(kind), name, builder, source, constraints, parameters, cost, check, listed,
+                                   symmetric)
         return builder
 
     return wrap

@@ -175,7 +175,8 @@ def _line_regions(grid: Grid, dim: int, layout: Layout) -> list[tuple[list[int],
     return out
 
 
-def along(grid: Grid, dim: int, line: Schedule, layout: Layout, *, split: bool = False) -> Phase:
+def along(grid: Grid, dim: int, line: Schedule, layout: Layout, *, split: bool = False,
+          sources: frozenset[int] | None = None) -> Phase:
     """``line``, a schedule of ``dims[dim]`` ranks, run on every line along ``dim`` inside its region.
 
     Line position i is the rank at coordinate i. The line schedule's C chunks
@@ -183,6 +184,8 @@ def along(grid: Grid, dim: int, line: Schedule, layout: Layout, *, split: bool =
     region evenly, w = count / (its chunks) each, so chunk j is region chunks
     start + j·w .. +w. ``split``: one transfer per chunk (a dataflow
     execution then pipelines them) instead of one per line transfer.
+    ``sources``: keep only the transfers from these ranks (a symmetric form's partial schedule,
+    ``algorithms.symmetric``); its steps may then be empty, and are kept, so that they line up.
     """
     q = grid.dims[dim]
     c = line.collective
@@ -204,6 +207,8 @@ def along(grid: Grid, dim: int, line: Schedule, layout: Layout, *, split: bool =
                   t.count, t.op) for t in step.transfers] for step in line.steps]
     phase: Phase = [[] for _ in per_step]
     for ranks, (start, count) in _line_regions(grid, dim, layout):
+        if sources is not None and sources.isdisjoint(ranks):
+            continue
         if count % wide:
             raise ScheduleError(f"a region of {count} chunks does not hold the {wide} chunks of {line.name!r} "
                                 "evenly")
@@ -215,11 +220,16 @@ def along(grid: Grid, dim: int, line: Schedule, layout: Layout, *, split: bool =
                         raise ScheduleError(f"{line.name!r}: a local reduce of a slot into itself after embedding")
                     continue  # a copy between slots the embedding identifies
                 a, z = ranks[src], ranks[dst]
+                if sources is not None and a not in sources:
+                    continue
                 if split:
                     out.extend(Transfer(a, z, Buf.INPUT, start + sx * w + i, Buf.INPUT, start + dx * w + i, 1, op)
                                for i in range(n * w))
                 else:
                     out.append(Transfer(a, z, Buf.INPUT, start + sx * w, Buf.INPUT, start + dx * w, n * w, op))
+    if sources is not None:  # the whole schedule's empty steps are those that move nothing at all
+        return [s for s, full in zip(phase, per_step, strict=True) if any(
+            src != dst or sx != dx for src, dst, sx, dx, _n, _op in full)]
     return [s for s in phase if s]
 
 

@@ -35,10 +35,11 @@ import numpy as np
 
 from algorithms.builder import ScheduleBuilder
 from algorithms.errors import ScheduleError
-from algorithms.ir import Collective, Kind, Op, Schedule
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule
 from algorithms.library.compose import Grid
 from algorithms.library.swing import DIMS, PORTS
 from algorithms.registry import CHUNKS, Cost, register
+from algorithms.symmetric import SymmetricForm
 
 __all__ = ["hamiltonian_cycles", "hamiltonian_rings", "rings_grid"]
 
@@ -138,6 +139,7 @@ def _rings(p: int, params: Mapping[str, Any]) -> list[tuple[list[int], int]]:
     source="De Sensi, Bonato, Saam & Hoefler, Swing, NSDI 2024 (Hamiltonian rings); Patarasuk & Yuan 2009",
     parameters=(CHUNKS, DIMS, PORTS),
     check=_check,
+    symmetric=lambda ranks, **params: _symmetric(ranks, **params),
     constraints=("1-D, or 2-D with R | C or C | R, sizes >= 3 and gcd(min - 1, max / min) = 1 (8x8, 64x16, ...)",
                  "dims empty: the near-square grid when it qualifies, else a ring of p (two rings, one each way)"),
     cost=Cost(
@@ -155,19 +157,63 @@ def hamiltonian_rings(ranks: int, *, chunks: int = 1, dims: str = "", ports: int
     (walk position i adds block i - d(s+1) into position i + d, d its direction), then all-gathers it in
     p - 1 more, every ring in the same steps. Every chunk is its own transfer.
     """
-    p, k = ranks, chunks
-    rings = _rings(p, {"dims": dims, "ports": ports})
+    return _build(ranks, chunks, _rings(ranks, {"dims": dims, "ports": ports}), None)
+
+
+def _build(p: int, k: int, rings: list[tuple[list[int], int]], sources: np.ndarray | None) -> Schedule:
+    """``hamiltonian_rings``' schedule on ``rings``; with ``sources``, only the transfers from those ranks."""
     width = p * k
     b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, len(rings) * width), "hamiltonian_rings")
     pos = np.repeat(np.arange(p), k)
     c = np.tile(np.arange(k), p)
-    walks = [(np.asarray(cyc), d, j * width) for j, (cyc, d) in enumerate(rings)]
+    walks = []
+    for j, (cycle, direction) in enumerate(rings):
+        arr = np.asarray(cycle)
+        mine = slice(None) if sources is None else np.isin(arr[pos], sources)
+        walks.append((arr, direction, j * width, pos[mine], c[mine]))
     for s in range(p - 1):  # reduce-scatter: position i adds block i - d(s+1) into i + d
         with b.step():
-            for cyc, d, base in walks:
-                b.add_many(cyc[pos], cyc[(pos + d) % p], base + (pos - d * (s + 1)) % p * k + c, op=Op.REDUCE)
+            for cyc, d, base, at, ci in walks:
+                b.add_many(cyc[at], cyc[(at + d) % p], base + (at - d * (s + 1)) % p * k + ci, op=Op.REDUCE)
     for s in range(p - 1):  # position i now holds block i whole; all-gather: pass block i - d·s on
         with b.step():
-            for cyc, d, base in walks:
-                b.add_many(cyc[pos], cyc[(pos + d) % p], base + (pos - d * s) % p * k + c)
+            for cyc, d, base, at, ci in walks:
+                b.add_many(cyc[at], cyc[(at + d) % p], base + (at - d * s) % p * k + ci)
     return b.build()
+
+
+def _symmetric(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) -> SymmetricForm | None:
+    """The rings' symmetric form: the torus translations that move every cycle along itself (a 1-D torus:
+    all of them; R x C with C | R: the multiples of (1, -1), which shift cycle 0 by C positions and cycle 1
+    likewise), each moving ring j's blocks by the positions it shifts that ring. None where those translations
+    do not rotate every cycle."""
+    p, k = ranks, chunks
+    g = rings_grid(p, dims)
+    rings = _rings(p, {"dims": dims, "ports": ports})
+    active = [d for d, q in enumerate(g.dims) if q > 1]
+    gen = [0] * g.ndim
+    for i, d in enumerate(active):
+        gen[d] = 1 if i == 0 else -1
+    gens = (tuple(gen),) if active else ()
+    where = [np.argsort(np.asarray(cyc)) for cyc, _d in rings]  # position of each rank on each ring
+
+    def moved(shift: tuple[int, ...]) -> np.ndarray:
+        """Per ring, how many positions ``shift`` moves it along itself."""
+        return np.array([int(w[g.rank([a + b for a, b in zip(g.coords(cyc[0]), shift, strict=True)])])
+                         for (cyc, _d), w in zip(rings, where, strict=True)])
+
+    for gv in gens:
+        delta = moved(gv)
+        for (cyc, _d), w, dj in zip(rings, where, delta, strict=True):
+            image = [w[g.rank([a + b for a, b in zip(g.coords(r), gv, strict=True)])] for r in cyc]
+            if image != [(i + dj) % p for i in range(p)]:
+                return None
+    width = p * k
+
+    def chunk_map(shift: tuple[int, ...], buf: Buf, index: np.ndarray) -> np.ndarray:
+        j, x = np.divmod(index, width)
+        blk, c = np.divmod(x, k)
+        return j * width + (blk + moved(shift)[j]) % p * k + c
+
+    return SymmetricForm("hamiltonian_rings", Collective(Kind.ALLREDUCE, p, len(rings) * width), g.dims, gens,
+                         lambda sources: _build(p, k, rings, sources), lambda: _build(p, k, rings, None), chunk_map)

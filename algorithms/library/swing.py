@@ -43,6 +43,7 @@ from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
 from algorithms.library.compose import Grid, Phase, butterfly, emit, fold, parallel
 from algorithms.library.fold import log2floor, pow2floor
 from algorithms.registry import CHUNKS, Cost, Parameter, register
+from algorithms.symmetric import SymmetricForm, restrict
 
 __all__ = ["DIMS", "PORTS", "check_torus", "exchange", "exchange_cost", "halving_doubling_cost", "parts", "rho",
            "swing", "swing_latency_optimal", "swing_matching", "swing_torus", "swing_torus_latency_optimal",
@@ -245,8 +246,28 @@ def swing_latency_optimal(ranks: int, *, chunks: int = 1) -> Schedule:
     return b.build()
 
 
+def _latency_optimal_symmetric(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0
+                               ) -> SymmetricForm | None:
+    """``swing_torus_latency_optimal``'s symmetric form: translations by even amounts along every dimension
+    (a rank's peer depends on the parity of its coordinate; the whole buffer moves, so chunk indices stay).
+    None when p is not a power of two (the fold's extra ranks break the symmetry)."""
+    p, k = ranks, chunks
+    if p != pow2floor(p):
+        return None
+    g = torus_grid(p, dims, pow2=True)
+    plan = parts(g, ports)
+    gens = tuple(tuple(2 * int(i == d) for i in range(g.ndim)) for d, q in enumerate(g.dims) if q > 2)
+
+    def build() -> Schedule:
+        return swing_torus_latency_optimal(p, chunks=k, dims=dims, ports=ports)
+
+    return SymmetricForm("swing_torus_latency_optimal", Collective(Kind.ALLREDUCE, p, len(plan) * k), g.dims, gens,
+                         lambda sources: restrict(build(), sources), build)
+
+
 @register(Kind.ALLREDUCE, "swing_torus_latency_optimal", source=SOURCE + " (latency-optimal, multiport torus)",
           parameters=(CHUNKS, DIMS, PORTS), check=check_torus(True),
+          symmetric=lambda ranks, **params: _latency_optimal_symmetric(ranks, **params),
           cost=exchange_cost(" (β summed over all ports: the m parts move n/m each, time ÷ m on distinct links)"),
           constraints=("dims (if given): sizes that are powers of two, product p",
                        "dims empty: P = 2^⌊log2 p⌋ ranks on a near-square grid, the extra ranks folded in"))

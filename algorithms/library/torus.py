@@ -35,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from algorithms.builder import ScheduleBuilder
 from algorithms.ir import Buf, Collective, Kind, Schedule, Transfer
 from algorithms.library.compose import (
@@ -50,6 +52,7 @@ from algorithms.library.compose import (
 )
 from algorithms.library.swing import DIMS, PORTS, check_torus, parts, torus_grid
 from algorithms.registry import CHUNKS, Cost, Parameter, register
+from algorithms.symmetric import SymmetricForm
 
 __all__ = ["PHASES", "torus_bucket"]
 
@@ -80,6 +83,7 @@ def _steps(p: int, params: Mapping[str, Any]) -> int:
     parameters=(CHUNKS, DIMS, PORTS, PHASES),
     check=check_torus(False),
     constraints=("dims (if given): product p; default: rows the largest divisor of p not above √p",),
+    symmetric=lambda ranks, **params: _bucket_symmetric(ranks, **params),
     cost=Cost(
         "2Σ_d(q_d-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ, q_d the torus sizes; synchronized: 2D·max_d(q_d-1)α "
         "with 2D parts (β summed over all ports: with 2D parts on a square torus, time ÷ 2D)",
@@ -100,11 +104,15 @@ def torus_bucket(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0,
     execution pipelines them. ``phases="synchronized"``: phase k of every part
     starts when every part's phase k - 1 is done (module docstring).
     """
-    p, k = ranks, chunks
+    return _bucket(ranks, chunks, dims, ports, phases, None)
+
+
+def _bucket(p: int, k: int, dims: str, ports: int, phases: str, sources: frozenset[int] | None) -> Schedule:
+    """``torus_bucket``'s schedule; with ``sources``, only the transfers from those ranks (``along``)."""
     g = torus_grid(p, dims, pow2=False)
     plan = parts(g, ports)
     width = p * k
-    programs = [_bucket_phases(g, j * width, width, sign, order) for j, (sign, order) in enumerate(plan)]
+    programs = [_bucket_phases(g, j * width, width, sign, order, sources) for j, (sign, order) in enumerate(plan)]
     total = len(plan) * width
     if phases != "synchronized":
         b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, total), "torus_bucket")
@@ -114,21 +122,57 @@ def torus_bucket(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0,
     b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, total), "torus_bucket", scratch_chunks=max(depth - 1, 0) * total)
     for i in range(depth):
         if i:  # every rank reads its whole buffer: the next phase's writes wait for this phase's
-            emit(b, [[Transfer(r, r, Buf.INPUT, 0, Buf.SCRATCH, (i - 1) * total, total) for r in range(p)]])
+            emit(b, [[Transfer(r, r, Buf.INPUT, 0, Buf.SCRATCH, (i - 1) * total, total) for r in range(p)
+                      if sources is None or r in sources]])
         emit(b, parallel(*(prog[i] for prog in programs if i < len(prog))))
     return b.build()
 
 
-def _bucket_phases(g: Grid, start: int, width: int, sign: int, order: list[int]) -> list[Phase]:
+def _bucket_phases(g: Grid, start: int, width: int, sign: int, order: list[int],
+                   sources: frozenset[int] | None = None) -> list[Phase]:
     """One part's phases (the chunks ``start`` .. +``width``): a ring reduce-scatter along each of ``order``
-    but the last, a ring all-reduce along the last, the all-gathers back."""
+    but the last, a ring all-reduce along the last, the all-gathers back (``sources``: as ``along``)."""
     layouts: list[Layout] = [((start, width),) * g.ranks]
     for d in order[:-1]:
         layouts.append(g.split(layouts[-1], d))
-    out = [along(g, d, ring_reducescatter(g.dims[d], sign), lay, split=True)
+    out = [along(g, d, ring_reducescatter(g.dims[d], sign), lay, split=True, sources=sources)
            for d, lay in zip(order[:-1], layouts, strict=False)]
     if order:
-        out.append(along(g, order[-1], ring_allreduce(g.dims[order[-1]], sign), layouts[-1], split=True))
-    out += [along(g, d, ring_allgather(g.dims[d], sign), lay, split=True)
+        out.append(along(g, order[-1], ring_allreduce(g.dims[order[-1]], sign), layouts[-1], split=True,
+                         sources=sources))
+    out += [along(g, d, ring_allgather(g.dims[d], sign), lay, split=True, sources=sources)
             for d, lay in reversed(list(zip(order[:-1], layouts, strict=False)))]
     return out
+
+
+def _bucket_symmetric(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0,
+                      phases: str = "independent") -> SymmetricForm:
+    """The bucket's symmetric form: every translation of the torus (a rank's rings and the block it keeps
+    move with it). A translation by g adds g_d to the digit of dimension d in each part's chunk index, which
+    reads, within part j, as the mixed-radix number (c_{o_1}, ..., c_{o_D}, chunk) of its dimension order o."""
+    p, k = ranks, chunks
+    g = torus_grid(p, dims, pow2=False)
+    plan = parts(g, ports)
+    width = p * k
+    total = len(plan) * width
+    active = [d for d, q in enumerate(g.dims) if q > 1]
+    gens = tuple(tuple(int(i == d) for i in range(g.ndim)) for d in active)
+    radices = [(*(g.dims[d] for d in order), k) for _sign, order in plan]
+
+    def chunk_map(shift: tuple[int, ...], buf: Buf, index: np.ndarray) -> np.ndarray:
+        block, x = np.divmod(index, total)  # scratch: one copy of the buffer per phase boundary
+        part, x = np.divmod(x, width)
+        out = np.empty_like(x)
+        for j, (_sign, order) in enumerate(plan):
+            mine = part == j
+            digits = np.stack(np.unravel_index(x[mine], radices[j]))
+            for m, d in enumerate(order):
+                digits[m] = (digits[m] + shift[d]) % g.dims[d]
+            out[mine] = np.ravel_multi_index(tuple(digits), radices[j])
+        return block * total + part * width + out
+
+    def partial(sources: np.ndarray) -> Schedule:
+        return _bucket(p, k, dims, ports, phases, frozenset(int(r) for r in sources))
+
+    return SymmetricForm("torus_bucket", Collective(Kind.ALLREDUCE, p, total), g.dims, gens, partial,
+                         lambda: torus_bucket(p, chunks=k, dims=dims, ports=ports, phases=phases), chunk_map)
