@@ -37,6 +37,7 @@ from algorithms.ir import (
     OPS,
     Buf,
     Collective,
+    Columns,
     Endpoint,
     Op,
     Schedule,
@@ -245,6 +246,12 @@ class ScheduleBuilder:
 
     def build(self) -> Schedule:
         """The validated, immutable schedule."""
+        return Schedule.from_columns(self.collective, self.name, self.columns(), self.scratch_chunks,
+                                     switch_ops=self._switch_ops)
+
+    def columns(self) -> Columns:
+        """The transfers so far as ``Columns`` (copies), not yet checked against the collective: what
+        ``build`` validates, and what a symmetric form's partial schedule is (``algorithms.symmetric``)."""
         if self._open:
             raise ScheduleError("build() called inside an open step")
 
@@ -252,12 +259,5 @@ class ScheduleBuilder:
             # A copy: the builder may go on growing its arrays after build().
             return np.frombuffer(a, dtype={"i": np.int32, "q": np.int64, "B": np.uint8}[a.typecode]).copy()
 
-        return Schedule.from_columns(
-            self.collective,
-            self.name,
-            {"src": arr(self._src), "dst": arr(self._dst), "src_buf": arr(self._sb), "src_index": arr(self._sx),
-             "dst_buf": arr(self._db), "dst_index": arr(self._dx), "count": arr(self._n), "op": arr(self._op),
-             "step_offsets": arr(self._offsets)},
-            self.scratch_chunks,
-            switch_ops=self._switch_ops,
-        )
+        return Columns(arr(self._src), arr(self._dst), arr(self._sb), arr(self._sx), arr(self._db), arr(self._dx),
+                       arr(self._n), arr(self._op), arr(self._offsets))

@@ -6,7 +6,9 @@ coordinates x to x + g (mod dims), and slot (rank r, buffer b, index i) to (r + 
 The schedule is *invariant* under a group G of translations when, step by step, moving every transfer of the
 step by any g in G gives the step's transfers again (chunk by chunk). G acts freely on ranks, so every orbit of
 transfers holds exactly one transfer whose source is a *representative* (the smallest rank of its orbit):
-``transfers(representatives)`` is the schedule with those transfers only, every step kept in its place.
+``transfers(representatives)`` is the schedule's ``Columns`` with those transfers only, every step kept in its
+place (columns, not a ``Schedule``: the whole schedule may address more slots than a ``Schedule`` may hold,
+as the synchronized bucket's scratch does on torus:64x64).
 
 ``sim.engine.symmetric`` times that partial schedule on the quotient (slots, links and ports up to G); the
 result equals the explicit simulation's (docs/design.md, "Simulation by symmetry"). The library's torus
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from algorithms.errors import ScheduleError
-from algorithms.ir import Buf, Collective, Schedule
+from algorithms.ir import Buf, Collective, Columns, Schedule
 
 __all__ = ["ChunkMap", "SymmetricForm", "identity_chunks", "restrict"]
 
@@ -46,11 +48,13 @@ class SymmetricForm:
     collective: Collective
     dims: tuple[int, ...]
     generators: tuple[tuple[int, ...], ...]
-    transfers: Callable[[np.ndarray], Schedule] = field(repr=False)
+    transfers: Callable[[np.ndarray], Columns] = field(repr=False)
     """The schedule's transfers whose source is one of the given ranks, every step in its place."""
     build: Callable[[], Schedule] = field(repr=False)
     """The whole schedule."""
     chunk_map: ChunkMap = field(default=identity_chunks, repr=False)
+    scratch_chunks: int = 0
+    """The whole schedule's scratch chunks per rank."""
 
     def __post_init__(self) -> None:
         if math.prod(self.dims) != self.collective.ranks:
@@ -67,13 +71,11 @@ class SymmetricForm:
         return self.collective.ranks
 
 
-def restrict(schedule: Schedule, sources: np.ndarray) -> Schedule:
-    """``schedule`` with only the transfers whose source is in ``sources``, each step in its place (a step
-    left empty stays, empty, so that step numbers agree with the whole schedule)."""
+def restrict(schedule: Schedule, sources: np.ndarray) -> Columns:
+    """``schedule``'s columns with only the transfers whose source is in ``sources``, each step in its place
+    (a step left empty stays, empty, so that step numbers agree with the whole schedule)."""
     cols = schedule.columns()
     keep = np.isin(cols.src, np.asarray(sources))
-    offsets = cols.step_offsets
     kept_before = np.r_[0, np.cumsum(keep)]
-    arrays = {f: getattr(cols, f)[keep] for f in cols._fields[:-1]}
-    arrays["step_offsets"] = kept_before[offsets]
-    return Schedule.from_columns(schedule.collective, schedule.name, arrays, schedule.scratch_chunks)
+    arrays = {f: getattr(cols, f)[keep] for f in Columns._fields[:-1]}
+    return Columns(**arrays, step_offsets=kept_before[cols.step_offsets])

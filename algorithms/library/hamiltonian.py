@@ -157,11 +157,12 @@ def hamiltonian_rings(ranks: int, *, chunks: int = 1, dims: str = "", ports: int
     (walk position i adds block i - d(s+1) into position i + d, d its direction), then all-gathers it in
     p - 1 more, every ring in the same steps. Every chunk is its own transfer.
     """
-    return _build(ranks, chunks, _rings(ranks, {"dims": dims, "ports": ports}), None)
+    return _build(ranks, chunks, _rings(ranks, {"dims": dims, "ports": ports}), None).build()
 
 
-def _build(p: int, k: int, rings: list[tuple[list[int], int]], sources: np.ndarray | None) -> Schedule:
-    """``hamiltonian_rings``' schedule on ``rings``; with ``sources``, only the transfers from those ranks."""
+def _build(p: int, k: int, rings: list[tuple[list[int], int]], sources: np.ndarray | None) -> ScheduleBuilder:
+    """``hamiltonian_rings``' schedule on ``rings``, built; with ``sources``, only the transfers from those
+    ranks."""
     width = p * k
     b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, len(rings) * width), "hamiltonian_rings")
     pos = np.repeat(np.arange(p), k)
@@ -179,7 +180,7 @@ def _build(p: int, k: int, rings: list[tuple[list[int], int]], sources: np.ndarr
         with b.step():
             for cyc, d, base, at, ci in walks:
                 b.add_many(cyc[at], cyc[(at + d) % p], base + (at - d * s) % p * k + ci)
-    return b.build()
+    return b
 
 
 def _symmetric(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) -> SymmetricForm | None:
@@ -216,4 +217,5 @@ def _symmetric(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) -
         return j * width + (blk + moved(shift)[j]) % p * k + c
 
     return SymmetricForm("hamiltonian_rings", Collective(Kind.ALLREDUCE, p, len(rings) * width), g.dims, gens,
-                         lambda sources: _build(p, k, rings, sources), lambda: _build(p, k, rings, None), chunk_map)
+                         lambda sources: _build(p, k, rings, sources).columns(),
+                         lambda: _build(p, k, rings, None).build(), chunk_map)

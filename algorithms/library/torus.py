@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.builder import ScheduleBuilder
-from algorithms.ir import Buf, Collective, Kind, Schedule, Transfer
+from algorithms.ir import Buf, Collective, Columns, Kind, Schedule, Transfer
 from algorithms.library.compose import (
     Grid,
     Layout,
@@ -104,11 +104,11 @@ def torus_bucket(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0,
     execution pipelines them. ``phases="synchronized"``: phase k of every part
     starts when every part's phase k - 1 is done (module docstring).
     """
-    return _bucket(ranks, chunks, dims, ports, phases, None)
+    return _bucket(ranks, chunks, dims, ports, phases, None).build()
 
 
-def _bucket(p: int, k: int, dims: str, ports: int, phases: str, sources: frozenset[int] | None) -> Schedule:
-    """``torus_bucket``'s schedule; with ``sources``, only the transfers from those ranks (``along``)."""
+def _bucket(p: int, k: int, dims: str, ports: int, phases: str, sources: frozenset[int] | None) -> ScheduleBuilder:
+    """``torus_bucket``'s schedule, built; with ``sources``, only the transfers from those ranks (``along``)."""
     g = torus_grid(p, dims, pow2=False)
     plan = parts(g, ports)
     width = p * k
@@ -117,7 +117,7 @@ def _bucket(p: int, k: int, dims: str, ports: int, phases: str, sources: frozens
     if phases != "synchronized":
         b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, total), "torus_bucket")
         emit(b, parallel(*([step for phase in prog for step in phase] for prog in programs)))
-        return b.build()
+        return b
     depth = max(len(prog) for prog in programs)
     b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, total), "torus_bucket", scratch_chunks=max(depth - 1, 0) * total)
     for i in range(depth):
@@ -125,7 +125,7 @@ def _bucket(p: int, k: int, dims: str, ports: int, phases: str, sources: frozens
             emit(b, [[Transfer(r, r, Buf.INPUT, 0, Buf.SCRATCH, (i - 1) * total, total) for r in range(p)
                       if sources is None or r in sources]])
         emit(b, parallel(*(prog[i] for prog in programs if i < len(prog))))
-    return b.build()
+    return b
 
 
 def _bucket_phases(g: Grid, start: int, width: int, sign: int, order: list[int],
@@ -171,8 +171,11 @@ def _bucket_symmetric(ranks: int, *, chunks: int = 1, dims: str = "", ports: int
             out[mine] = np.ravel_multi_index(tuple(digits), radices[j])
         return block * total + part * width + out
 
-    def partial(sources: np.ndarray) -> Schedule:
-        return _bucket(p, k, dims, ports, phases, frozenset(int(r) for r in sources))
+    def partial(sources: np.ndarray) -> Columns:
+        return _bucket(p, k, dims, ports, phases, frozenset(int(r) for r in sources)).columns()
 
+    depth = max(2 * len(order) - 1 for _sign, order in plan)  # phases per part, as _bucket counts them
+    scratch = max(depth - 1, 0) * total if phases == "synchronized" else 0
     return SymmetricForm("torus_bucket", Collective(Kind.ALLREDUCE, p, total), g.dims, gens, partial,
-                         lambda: torus_bucket(p, chunks=k, dims=dims, ports=ports, phases=phases), chunk_map)
+                         lambda: torus_bucket(p, chunks=k, dims=dims, ports=ports, phases=phases), chunk_map,
+                         scratch)

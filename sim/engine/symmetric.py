@@ -241,14 +241,11 @@ def quotient(form: SymmetricForm, topology: Topology, options: EngineOptions) ->
     for gen in gens:
         if not np.array_equal(slow[g.move(np.arange(p), np.broadcast_to(gen, (p, len(gen))))], slow):
             return f"the stragglers are not invariant under translation {tuple(gen)}"
-    partial = form.transfers(g.reps)
-    cols = partial.columns()
+    cols = form.transfers(g.reps)
     src = cols.src.astype(np.int64)
     dst = cols.dst.astype(np.int64)
     if (g.shift_of[src] != 0).any():
         return "the partial schedule has transfers from ranks that are not representatives"
-    if partial.switch_ops:
-        return "switch operations are not translated"
     k = len(g.reps)
     n = len(src)
     # Slots up to G: the destination's slot, moved back to its orbit's representative.
@@ -276,7 +273,7 @@ def quotient(form: SymmetricForm, topology: Topology, options: EngineOptions) ->
               "dst_buf": cols.dst_buf, "dst_index": dst_index, "count": cols.count, "op": cols.op,
               "step_offsets": cols.step_offsets}
     try:
-        sched = Schedule.from_columns(q_coll, f"{partial.name} (quotient)", q_cols, partial.scratch_chunks)
+        sched = Schedule.from_columns(q_coll, f"{form.name} (quotient)", q_cols, form.scratch_chunks)
     except Exception as e:  # a form whose chunk map leaves the buffer: not trusted
         return f"the quotient schedule is not valid: {e}"
     # Routes and link orbits.
@@ -463,12 +460,12 @@ def check_form(form: SymmetricForm, schedule: Schedule | None = None) -> list[st
     transfers, chunk by chunk. Empty when the form is right."""
     full = form.build() if schedule is None else schedule
     g = group(form.dims, form.generators)
-    partial = form.transfers(g.reps)
+    pc = form.transfers(g.reps)
     problems: list[str] = []
-    if partial.num_steps != full.num_steps:
-        return [f"the partial schedule has {partial.num_steps} steps, the whole {full.num_steps}"]
-    if partial.num_transfers * g.order != full.num_transfers:
-        problems.append(f"{partial.num_transfers} representatives x |G| = {g.order} is not the whole schedule's "
+    if len(pc.step_offsets) - 1 != full.num_steps:
+        return [f"the partial schedule has {len(pc.step_offsets) - 1} steps, the whole {full.num_steps}"]
+    if len(pc.src) * g.order != full.num_transfers:
+        problems.append(f"{len(pc.src)} representatives x |G| = {g.order} is not the whole schedule's "
                         f"{full.num_transfers} transfers")
 
     def moves(cols: Any, lo: int, hi: int) -> np.ndarray:
@@ -480,7 +477,7 @@ def check_form(form: SymmetricForm, schedule: Schedule | None = None) -> list[st
                          np.repeat(cols.dst_buf[lo:hi], cnt), np.repeat(cols.dst_index[lo:hi], cnt) + kk,
                          np.repeat(cols.op[lo:hi], cnt)], axis=1).astype(np.int64)
 
-    pc, fc = partial.columns(), full.columns()
+    fc = full.columns()
     for s in range(full.num_steps):
         mine = moves(pc, int(pc.step_offsets[s]), int(pc.step_offsets[s + 1]))
         want = moves(fc, int(fc.step_offsets[s]), int(fc.step_offsets[s + 1]))
