@@ -197,9 +197,12 @@ def spec_ranks(spec: str) -> int | None:
     return int(found.ranks(found.arguments(m.group(2), spec)))
 
 
-def guard_build(kind: str, algorithm: str, ranks: int, build: Callable[[int], object], chunks: int) -> None:
+def guard_build(kind: str, algorithm: str, ranks: int, build: Callable[[int], object], chunks: int, *,
+                per_orbit: int = 1) -> None:
     """Refuse building ``kind/algorithm`` (``build(p)`` builds it at p ranks) on ``ranks`` ranks when its
-    extrapolated transfers and chunk slots will not fit (``estimate_library``)."""
+    extrapolated transfers and chunk slots will not fit (``estimate_library``). ``per_orbit``: the run is by
+    symmetry (``sim.engine.symmetric``), one transfer and one slot per orbit of a group of that many
+    translations: the estimate is divided by it."""
     if ranks <= BUILD_RANKS:
         return
     from algorithms.ir import Collective, Kind
@@ -223,13 +226,15 @@ def guard_build(kind: str, algorithm: str, ranks: int, build: Callable[[int], ob
     except CollschedError:  # the algorithm cannot be built at 32 or 64 ranks: the slots alone
         est = Estimate(0.0, slots(ranks) * SLOT_BYTES)
 
+    est = Estimate(est.transfers / per_orbit, est.memory / per_orbit)
+
     def at(p: int) -> Estimate:
         if p == ranks:
             return est
         r = (p / ranks) ** 2
         return Estimate(est.transfers * r, est.memory * r)
 
-    check(f"{kind}/{algorithm}", ranks, at)
+    check(f"{kind}/{algorithm}" + (" by symmetry" if per_orbit > 1 else ""), ranks, at)
 
 
 def _route_hops(topology: object) -> int:

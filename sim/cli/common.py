@@ -163,9 +163,10 @@ def _chunks(params: dict[str, Any]) -> int:
     return c if isinstance(c, int) and not isinstance(c, bool) and c >= 1 else 1
 
 
-def guard_library_args(args: argparse.Namespace, ranks: int) -> None:
+def guard_library_args(args: argparse.Namespace, ranks: int, *, symmetric: bool = False) -> None:
     """simulate's and sweep's resource guard (``sim.guards.guard_build``): every library schedule the options
-    name, on ``ranks`` ranks, estimated before the topology or any schedule is built."""
+    name, on ``ranks`` ranks, estimated before the topology or any schedule is built; ``symmetric`` (simulate):
+    a schedule that will be timed by symmetry is estimated per orbit."""
     from sim.guards import guard_build
 
     if getattr(args, "file", None) or getattr(args, "collective", None) is None:
@@ -187,7 +188,25 @@ def guard_library_args(args: argparse.Namespace, ranks: int) -> None:
         def build(q: int, alg: Any = alg, params: dict[str, Any] = params) -> Schedule:
             return alg.build(q, root=args.root, **params)
 
-        guard_build(args.collective, alg.name, ranks, build, _chunks(params))
+        guard_build(args.collective, alg.name, ranks, build, _chunks(params),
+                    per_orbit=_orbit_size(args, alg, ranks, params) if symmetric else 1)
+
+
+def _orbit_size(args: argparse.Namespace, alg: Any, ranks: int, params: dict[str, Any]) -> int:
+    """The order of the group ``simulate`` will time ``alg`` by (``sim.engine.symmetric``) on the torus the
+    options name, or 1 where it will build the whole schedule. Should the run find the quotient does not
+    apply after all, the explicit build is guarded again, whole (``schedule_from_args``)."""
+    if alg.symmetric is None or not str(getattr(args, "topology", "")).startswith("torus:") or args.root is not None:
+        return 1
+    try:
+        form = alg.symmetric_form(ranks, **params)
+    except CollschedError:
+        return 1
+    if form is None:
+        return 1
+    from sim.engine.symmetric import group
+
+    return group(form.dims, form.generators).order
 
 
 def is_msccl(path: str) -> bool:

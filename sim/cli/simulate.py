@@ -63,6 +63,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             from sim.cli.runtime import default_group
 
             args.param = list(default_group(args, topo, dict(args.param)).items())
+        if _by_symmetry(args, topo, size, opts):
+            return 0
         schedule = schedule_from_args(args, ranks=topo.ranks, allow_custom=True)
     from sim.cli.runtime import run_schedule
 
@@ -107,6 +109,52 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if schedule.name.startswith("custom:"):  # an MSCCL-IR custom program: timing only, no postcondition
         return 0
     return 0 if result.ok else 1
+
+
+def _guard(args: argparse.Namespace, ranks: int) -> None:
+    """The library guard, a schedule timed by symmetry estimated per orbit (``guard_library_args``)."""
+    guard_library_args(args, ranks, symmetric=True)
+
+
+def _by_symmetry(args: argparse.Namespace, topo: Any, size: float, opts: EngineOptions) -> bool:
+    """Run and print the library schedule by symmetry (``sim.engine.symmetric``) when its algorithm gives a
+    symmetric form and the run allows it (the plain links, no trace or plot, the auto engine); False otherwise,
+    and the schedule is built and run explicitly (which applies the memory guard to the whole schedule)."""
+    from sim.cli.runtime import runtime_of
+
+    if (args.trace or args.plot or args.root is not None or getattr(args, "protocol", None) is not None
+            or getattr(args, "step_cost", None) is not None or runtime_of(args, topo) != "plain"):
+        return False
+    params: dict[str, Any] = dict(args.param)
+    if args.chunks is not None:
+        params["chunks"] = args.chunks
+    alg = registry.get(args.collective, args.algorithm)
+    form = alg.symmetric_form(topo.ranks, **params) if alg.symmetric is not None else None
+    if form is None:
+        return False
+    from sim.engine.symmetric import by_symmetry
+
+    t0 = time.perf_counter()
+    result = by_symmetry(form, topo, size, opts)
+    if isinstance(result, str):
+        return False
+    wall = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({**result.to_dict(), "wall_s": wall, "peak_rss_MiB": peak_rss_mib(), "lockstep_s": None,
+                          "modes_differ": False}))
+        return True
+    print(f"{form.name} {form.collective.describe()} on {result.topology.describe()}, {result.mode}, "
+          f"{human_size(result.size)}")
+    algbw, busbw = gigabytes(result.algbw), gigabytes(result.busbw)
+    print(f"  time       {human_time(result.time)}")
+    print(f"  algbw      {algbw:.4f} GB/s" if algbw is not None else "  algbw      - (no time)")
+    print(f"  busbw      {busbw:.4f} GB/s" if busbw is not None else "  busbw      - (no time)")
+    print(f"  transfers  {result.transfers}, of which {result.representatives} simulated (one per orbit of "
+          f"{result.group_order} torus translations), events {result.events}, simulated in {wall:.3f} s by the "
+          f"symmetric engine, peak memory {peak_rss_mib():.0f} MiB")
+    print("  postcondition not checked (the symmetric engine times one transfer per orbit; the explicit engine "
+          "checks it on any schedule it builds: --engine fast)")
+    return True
 
 
 MODES_DIFFER = 0.10
@@ -260,4 +308,4 @@ def add_parser(subparsers: Any) -> None:
                                  f'{LOCKSTEP_BESIDE:,} transfers, else null), "modes_differ" (by more than '
                                  f'{100 * MODES_DIFFER:.0f}%%)}}')
     dash_values(p)
-    p.set_defaults(func=_cmd_simulate, guard=guard_library_args)
+    p.set_defaults(func=_cmd_simulate, guard=_guard)

@@ -43,7 +43,8 @@ from sim.engine.ports import PortArrays, Ports, StepGates, _side
 from sim.topology import Topology
 from sim.units import busbw_factor
 
-__all__ = ["Group", "Quotient", "SymmetricResult", "check_form", "estimate_bytes", "quotient", "simulate_form"]
+__all__ = ["Group", "Quotient", "SymmetricResult", "by_symmetry", "check_form", "estimate_bytes", "group", "quotient",
+           "simulate_form"]
 
 QUOTIENT_TRANSFER_BYTES = 1024
 """Bytes a representative transfer costs through the quotient run (columns, dataflow arrays, the event loop's
@@ -432,21 +433,32 @@ def run_quotient(q: Quotient, chunk: float, options: EngineOptions) -> tuple[flo
     return (float(end.max()) if len(end) else 0.0), int(events)
 
 
-def simulate_form(form: SymmetricForm, topology: Topology, size: float, options: EngineOptions) -> Any:
-    """``form`` timed on ``topology``: by symmetry where ``quotient`` applies (a ``SymmetricResult``), else the
-    explicit engine on the built schedule (its ``SimResult``, whose ``engine`` names it)."""
-    from sim.engine.reference import chunk_bytes, simulate
+def by_symmetry(form: SymmetricForm, topology: Topology, size: float, options: EngineOptions
+                ) -> SymmetricResult | str:
+    """``form`` timed on ``topology`` (faults not yet applied) by symmetry, or why that does not apply."""
+    from sim.engine.reference import chunk_bytes
 
     if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
         raise SimulationError(f"size must be a finite number of bytes >= 0, got {size!r}")
     faulted = options.faults.apply(topology)
     q = quotient(form, faulted, options)
     if isinstance(q, str):
-        return simulate(form.build(), topology, size, options)
+        return q
     chunk = chunk_bytes(form.collective, float(size))
     time, events = run_quotient(q, chunk, options)
     return SymmetricResult(form.name, form.collective, faulted, options.mode, float(size), chunk,
                            time + (options.launch or 0.0), q.transfers, q.representatives, q.group.order, events)
+
+
+def simulate_form(form: SymmetricForm, topology: Topology, size: float, options: EngineOptions) -> Any:
+    """``form`` timed on ``topology``: by symmetry where ``quotient`` applies (a ``SymmetricResult``), else the
+    explicit engine on the built schedule (its ``SimResult``, whose ``engine`` names the engine that ran)."""
+    from sim.engine.reference import simulate
+
+    got = by_symmetry(form, topology, size, options)
+    if isinstance(got, str):
+        return simulate(form.build(), topology, size, options)
+    return got
 
 
 def estimate_bytes(representatives: float) -> float:
