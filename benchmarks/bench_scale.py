@@ -1,0 +1,165 @@
+"""Issue 33's scale goals in one table: each case's simulated time, wall time and peak memory (one subprocess a
+case, its own peak RSS).
+
+    python benchmarks/bench_scale.py                 # every row
+    python benchmarks/bench_scale.py --only 64x64    # the rows whose label holds the text
+
+Rows (``ROWS``; others, such as NCCL on 16,384 GPUs or synthesis, are added by appending a ``Row``):
+
+- the Swing paper at 32 B (De Sensi et al., NSDI 2024) on 8x8, 64x16, 128x8, 256x4, 8x8x8 and 64x64, every
+  algorithm of the paper, against the paper's model and published value as ``bench_swing_paper.py`` writes them
+  (400 Gb/s, 400 ns per hop, o = 0.5 us per message). Goal: within 10%; 64x64 in < 30 s;
+- torus:64x64 at 512 MiB, every algorithm. Goal: < 3 min and < 8 GB;
+- congestion at 512 MiB on 8x8, 16x16, 32x32 and 8x8x8, the paper's bandwidth-optimal algorithms (Swing,
+  Rabenseifner in torus-distance order, the bucket, the rings): the simulated time over the all-reduce's
+  bandwidth term on every port, 2(p-1)/p · n / (2D · B). The paper's congestion formulas are not in this repository yet:
+  that column reads "-" until someone adds them (``CONGESTION_PAPER``).
+
+A case runs by symmetry (``sim.engine.symmetric``) where its algorithm gives a symmetric form and the quotient
+applies, else explicitly; the engine column says which ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_swing_paper import BANDWIDTH, CASES, HOP, OVERHEAD, PUBLISHED, Case
+
+PAPER_TORI = ["8x8", "64x16", "128x8", "256x4", "8x8x8", "64x64"]
+CONGESTION_TORI = ["8x8", "16x16", "32x32", "8x8x8"]
+BIG = 512 << 20
+CONGESTION_PAPER: dict[tuple[str, str], float] = {}
+"""(library algorithm, torus) -> the paper's congestion factor at 512 MiB, where someone has written it out."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One goal case: what to simulate, and its goals (None: none)."""
+
+    label: str
+    algorithm: str
+    params: dict[str, Any]
+    dims: str
+    size: int
+    reference_s: float | None = None
+    reference: str = ""
+    goal_s: float | None = None
+    goal_bytes: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _qs(dims: str) -> list[int]:
+    return [int(q) for q in dims.split("x") if int(q) > 1]
+
+
+def _rows() -> list[Row]:
+    rows = []
+    for dims in PAPER_TORI:
+        for case in CASES:
+            _steps, model = case.model(_qs(dims))
+            pub = PUBLISHED.get((case.paper, dims))
+            rows.append(Row(f"32 B {dims} {case.paper}", case.name, case.params, dims, 32,
+                            pub if pub is not None else model, "published" if pub is not None else "model",
+                            30.0 if dims == "64x64" else None))
+    for case in CASES:
+        rows.append(Row(f"512 MiB 64x64 {case.paper}", case.name, case.params, "64x64", BIG, None, "", 180.0, 8e9))
+    bandwidth_optimal = [Case("swing", "swing_torus", {}, CASES[0].hops),
+                         Case("rabenseifner", "rabenseifner_torus", {}, CASES[1].hops), *CASES[2:]]
+    for dims in CONGESTION_TORI:
+        p, d = math.prod(int(q) for q in dims.split("x")), len(_qs(dims))
+        bound = 2 * (p - 1) / p * BIG / (2 * d * BANDWIDTH)  # every rank's 2D ports busy the whole time
+        for case in bandwidth_optimal:
+            rows.append(Row(f"congestion {dims} {case.paper}", case.name, case.params, dims, BIG, bound,
+                            "2(p-1)/p·n/(2D·B)", extra={"paper": CONGESTION_PAPER.get((case.name, dims))}))
+    return rows
+
+
+ROWS = _rows()
+
+
+def run_case(row: Row) -> dict[str, Any]:
+    """Simulate one row here (the subprocess's work): time, engine, wall and peak RSS."""
+    from algorithms import registry
+    from sim.engine import simulate
+    from sim.topology import from_spec
+
+    t0 = time.perf_counter()
+    p = math.prod(int(q) for q in row.dims.split("x"))
+    alg = registry.get("allreduce", row.algorithm)
+    params = {"dims": row.dims, **row.params}
+    why = alg.unsupported(p, params)
+    if why is not None:
+        return {"skipped": why.split(":")[-1].strip()[:50]}
+    form = alg.symmetric_form(p, **params)
+    topo = from_spec(f"torus:{row.dims}", bandwidth=BANDWIDTH, latency=HOP)
+    r = simulate(form if form is not None else alg.build(p, **params), topo, row.size, overhead=OVERHEAD)
+    return {"time": r.time, "engine": r.engine, "transfers": r.transfers, "ok": r.ok,
+            "wall": time.perf_counter() - t0, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _in_subprocess(row: Row, timeout: float) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--case", row.label]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"over {timeout:.0f} s"}
+    if out.returncode != 0:
+        return {"skipped": (out.stderr.strip().splitlines() or ["failed"])[-1][:60]}
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _line(row: Row, got: dict[str, Any]) -> str:
+    if "skipped" in got:
+        return f"  {row.label:34} skipped: {got['skipped']}"
+    t = got["time"]
+    ref = f"{row.reference_s * 1e6:12.2f} ({row.reference})" if row.reference_s is not None else f"{'-':>12}"
+    ratio = f"{t / row.reference_s:7.3f}" if row.reference_s else f"{'-':>7}"
+    goals = []
+    if row.reference_s is not None and row.label.startswith("32 B"):
+        goals.append("within 10%" if abs(t / row.reference_s - 1) <= 0.10 else "NOT within 10%")
+    if row.goal_s is not None:
+        goals.append(f"{'<' if got['wall'] < row.goal_s else 'NOT <'} {row.goal_s:.0f} s")
+    if row.goal_bytes is not None:
+        goals.append(f"{'<' if got['rss'] < row.goal_bytes else 'NOT <'} {row.goal_bytes / 1e9:.0f} GB")
+    if "paper" in row.extra:
+        goals.append("paper: -" if row.extra["paper"] is None else f"paper {row.extra['paper']:.3f}")
+    return (f"  {row.label:34} {t * 1e6:14.2f} {ref} {ratio} {got['engine']:9} {got['transfers']:>11} "
+            f"{got['wall']:8.1f} {got['rss'] / 2**20:9.0f}  {', '.join(goals)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="run the rows whose label holds this text")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds a case may take (default %(default)s)")
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.case is not None:
+        row = next((r for r in ROWS if r.label == args.case), None)
+        if row is None:
+            print(f"no row {args.case!r}", file=sys.stderr)
+            return 2
+        print(json.dumps(run_case(row)))
+        return 0
+    print(f"all-reduce: 400 Gb/s links, {HOP * 1e9:.0f} ns per hop, o = {OVERHEAD * 1e6} us per message, dataflow")
+    print(f"  {'case':34} {'simulated us':>14} {'reference us':>12} {'':>11} {'ratio':>7} {'engine':9} "
+          f"{'transfers':>11} {'wall s':>8} {'peak MiB':>9}  goals")
+    for row in ROWS:
+        if args.only in row.label:
+            print(_line(row, _in_subprocess(row, args.timeout)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
