@@ -4,6 +4,8 @@
   engine), checked when made;
 - ``reference``: the simpy simulator, the reference model (``simulate``, ``SimResult``, nccl-tests sizes and
   bus bandwidth);
+- ``symmetric``: simulation by symmetry, one transfer per orbit of a group of torus translations; its
+  ``simulate`` is this package's: a schedule as ``reference.simulate``, a symmetric form by symmetry where exact;
 - ``fast``: the same model vectorised on numpy arrays (a closed form, else an event loop over arrays);
 - ``fairshare``: max-min fair link sharing by progressive filling;
 - ``closed_form``: α-β-γ predictions of the library's algorithms beside the simulator;
@@ -17,6 +19,7 @@
 """
 
 from sim.engine.options import ENGINES, MODES, EngineOptions, Faults, SimulationError
-from sim.engine.reference import SimResult, busbw_factor, simulate
+from sim.engine.reference import SimResult, busbw_factor
+from sim.engine.symmetric import simulate
 
 __all__ = ["ENGINES", "MODES", "EngineOptions", "Faults", "SimResult", "SimulationError", "busbw_factor", "simulate"]

@@ -48,12 +48,11 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any
 
 import numpy as np
 
 from algorithms.ir import Collective, Kind, Op, Schedule
-from algorithms.symmetric import SymmetricForm
 from sim import progress
 from sim.engine.fairshare import FairShare
 from sim.engine.options import ENGINES, MODES, EngineOptions, Faults, SimulationError
@@ -61,9 +60,6 @@ from sim.topology import Link, Topology, TopologyError
 from sim.units import busbw_factor
 from sim.verify.semantics import SlotLayout, initial_state, write
 from sim.verify.verifier import DOUBLE_COUNT, UNINITIALISED_READ, Violation, check_final
-
-if TYPE_CHECKING:
-    from sim.engine.symmetric import SymmetricResult
 
 __all__ = ["ENGINES", "MODES", "EngineOptions", "Faults", "SimResult", "SimulationError", "busbw_factor", "chunk_bytes",
            "simulate"]
@@ -151,18 +147,8 @@ class SimResult:
                 "transfers": self.transfers, "events": self.events, "engine": self.engine}
 
 
-@overload
 def simulate(schedule: Schedule, topology: Topology, size: float, options: EngineOptions | None = None,
-             **fields: Any) -> SimResult: ...
-
-
-@overload
-def simulate(schedule: SymmetricForm, topology: Topology, size: float, options: EngineOptions | None = None,
-             **fields: Any) -> SimResult | SymmetricResult: ...
-
-
-def simulate(schedule: Schedule | SymmetricForm, topology: Topology, size: float,
-             options: EngineOptions | None = None, **fields: Any) -> SimResult | SymmetricResult:
+             **fields: Any) -> SimResult:
     """Simulate ``schedule`` moving a message of ``size`` bytes over ``topology`` (module docstring).
 
     ``options``: the run's ``EngineOptions`` (None: the defaults), checked when it was made: the mode, the
@@ -173,13 +159,7 @@ def simulate(schedule: Schedule | SymmetricForm, topology: Topology, size: float
     ``engine``: ``simpy``, ``fast`` or ``auto`` (``ENGINES``): both give the same times (to rounding) and
     the same verdict; auto takes fast unless the run needs what only simpy models (``message_cpu``) or the
     schedule races (two writes to a slot in one step, whose order only simpy's event order decides).
-    ``schedule`` may be a symmetric form (``algorithms.symmetric``, ``Algorithm.symmetric_form``): it is then timed
-    by symmetry where that is exact (``sim.engine.symmetric``, engine ``symmetric``), else built and run as above.
     """
-    if isinstance(schedule, SymmetricForm):
-        from sim.engine.symmetric import simulate_form
-
-        return simulate_form(schedule, topology, size, EngineOptions.of(options, **fields))
     return _simulate(schedule, topology, size, EngineOptions.of(options, **fields), None)
 
 

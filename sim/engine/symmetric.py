@@ -31,20 +31,22 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from algorithms.ir import BUFS, Collective, Kind, Schedule
 from algorithms.symmetric import SymmetricForm
+from sim.engine import reference
 from sim.engine.fast import _closed_form, _Fluid, _Plan
 from sim.engine.options import EngineOptions, SimulationError
 from sim.engine.ports import PortArrays, Ports, StepGates, _side
+from sim.engine.reference import SimResult
 from sim.topology import Topology
 from sim.units import busbw_factor
 
 __all__ = ["Group", "Quotient", "SymmetricResult", "by_symmetry", "check_form", "estimate_bytes", "group", "quotient",
-           "simulate_form"]
+           "simulate", "simulate_form"]
 
 QUOTIENT_TRANSFER_BYTES = 1024
 """Bytes a representative transfer costs through the quotient run (columns, dataflow arrays, the event loop's
@@ -436,28 +438,46 @@ def run_quotient(q: Quotient, chunk: float, options: EngineOptions) -> tuple[flo
 def by_symmetry(form: SymmetricForm, topology: Topology, size: float, options: EngineOptions
                 ) -> SymmetricResult | str:
     """``form`` timed on ``topology`` (faults not yet applied) by symmetry, or why that does not apply."""
-    from sim.engine.reference import chunk_bytes
-
     if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
         raise SimulationError(f"size must be a finite number of bytes >= 0, got {size!r}")
     faulted = options.faults.apply(topology)
     q = quotient(form, faulted, options)
     if isinstance(q, str):
         return q
-    chunk = chunk_bytes(form.collective, float(size))
+    chunk = reference.chunk_bytes(form.collective, float(size))
     time, events = run_quotient(q, chunk, options)
     return SymmetricResult(form.name, form.collective, faulted, options.mode, float(size), chunk,
                            time + (options.launch or 0.0), q.transfers, q.representatives, q.group.order, events)
 
 
-def simulate_form(form: SymmetricForm, topology: Topology, size: float, options: EngineOptions) -> Any:
+@overload
+def simulate(schedule: Schedule, topology: Topology, size: float, options: EngineOptions | None = None,
+             **fields: Any) -> SimResult: ...
+
+
+@overload
+def simulate(schedule: SymmetricForm, topology: Topology, size: float, options: EngineOptions | None = None,
+             **fields: Any) -> SimResult | SymmetricResult: ...
+
+
+def simulate(schedule: Schedule | SymmetricForm, topology: Topology, size: float,
+             options: EngineOptions | None = None, **fields: Any) -> SimResult | SymmetricResult:
+    """``sim.engine.simulate``: ``sim.engine.reference.simulate`` of a schedule; a symmetric form
+    (``algorithms.symmetric``, ``Algorithm.symmetric_form``) is timed by symmetry where that is exact (a
+    ``SymmetricResult``, engine ``symmetric``), else built and simulated (a ``SimResult`` naming its engine)."""
+    opts = EngineOptions.of(options, **fields)
+    if isinstance(schedule, SymmetricForm):
+        return simulate_form(schedule, topology, size, opts)
+    return reference.simulate(schedule, topology, size, opts)
+
+
+def simulate_form(form: SymmetricForm, topology: Topology, size: float,
+                  options: EngineOptions) -> SimResult | SymmetricResult:
     """``form`` timed on ``topology``: by symmetry where ``quotient`` applies (a ``SymmetricResult``), else the
     explicit engine on the built schedule (its ``SimResult``, whose ``engine`` names the engine that ran)."""
-    from sim.engine.reference import simulate
-
     got = by_symmetry(form, topology, size, options)
     if isinstance(got, str):
-        return simulate(form.build(), topology, size, options)
+        return reference.simulate(form.build(), topology, size, options)
     return got
 
 
