@@ -196,7 +196,8 @@ def _orbit_size(args: argparse.Namespace, alg: Any, ranks: int, params: dict[str
     """The order of the group ``simulate`` will time ``alg`` by (``sim.engine.symmetric``) on the torus the
     options name, or 1 where it will build the whole schedule. Should the run find the quotient does not
     apply after all, the explicit build is guarded again, whole (``schedule_from_args``)."""
-    if alg.symmetric is None or not str(getattr(args, "topology", "")).startswith("torus:") or args.root is not None:
+    if (alg.symmetric is None or not str(getattr(args, "topology", "")).startswith("torus:")
+            or args.root is not None or ranks < 256):  # sim.cli.simulate.SYMMETRY_RANKS
         return 1
     try:
         form = alg.symmetric_form(ranks, **params)

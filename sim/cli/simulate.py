@@ -111,6 +111,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+SYMMETRY_RANKS = 256
+"""Fewest ranks for which ``simulate`` times a library schedule by symmetry; smaller ones are built and run
+explicitly, which also checks the postcondition and sets the closed form and the bound beside the time."""
+
+
 def _guard(args: argparse.Namespace, ranks: int) -> None:
     """The library guard, a schedule timed by symmetry estimated per orbit (``guard_library_args``)."""
     guard_library_args(args, ranks, symmetric=True)
@@ -118,12 +123,14 @@ def _guard(args: argparse.Namespace, ranks: int) -> None:
 
 def _by_symmetry(args: argparse.Namespace, topo: Any, size: float, opts: EngineOptions) -> bool:
     """Run and print the library schedule by symmetry (``sim.engine.symmetric``) when its algorithm gives a
-    symmetric form and the run allows it (the plain links, no trace or plot, the auto engine); False otherwise,
+    symmetric form and the run allows it (``SYMMETRY_RANKS`` or more, the plain links, no trace or plot, the auto
+    engine); False otherwise,
     and the schedule is built and run explicitly (which applies the memory guard to the whole schedule)."""
     from sim.cli.runtime import runtime_of
 
-    if (args.trace or args.plot or args.root is not None or getattr(args, "protocol", None) is not None
-            or getattr(args, "step_cost", None) is not None or runtime_of(args, topo) != "plain"):
+    if (topo.ranks < SYMMETRY_RANKS or args.trace or args.plot or args.root is not None
+            or getattr(args, "protocol", None) is not None or getattr(args, "step_cost", None) is not None
+            or runtime_of(args, topo) != "plain"):
         return False
     params: dict[str, Any] = dict(args.param)
     if args.chunks is not None:
