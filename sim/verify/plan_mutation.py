@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from algorithms.errors import ScheduleError
@@ -42,9 +43,20 @@ class PlanMutant:
     op: str
     """The mutated op (its ``where`` in the original plan)."""
     description: str
-    plan: dict[str, Any]
+    source: dict[str, Any] = field(repr=False)
+    """The plan mutated (shared by every mutant of it, never changed)."""
+    edit: Callable[[dict[str, Any]], None] = field(repr=False)
+    """The mutation, applied in place to a copy of ``source``."""
     blame: frozenset[str]
     """Ops (``where`` in the mutant) of which a report must name one."""
+
+    @cached_property
+    def plan(self) -> dict[str, Any]:
+        """The mutant: a copy of ``source`` with ``edit`` applied, made when first asked for (a plan of thousands
+        of ops has thousands of mutants; sampling them copies only those it keeps)."""
+        m = copy.deepcopy(self.source)
+        self.edit(m)
+        return m
 
 
 def _where(g: int, t: int, k: int, j: int | None) -> str:
@@ -116,21 +128,26 @@ def _dropped_signal(plan: dict[str, Any]) -> Iterator[PlanMutant]:
         if name in ("signal", "rlxsignal"):
             for ci, cid in enumerate(op["channel_ids"]):
                 blame = _partner_waits(plan, g, t, op, cid)
-                m = copy.deepcopy(plan)
-                ops, at = _locate(m, g, t, k, j)
-                if len(op["channel_ids"]) == 1:
-                    del ops[at]
-                    what = f"{name} dropped"
-                else:
-                    del ops[at]["channel_ids"][ci]
-                    what = f"{name} loses channel {cid}"
-                yield PlanMutant("dropped_signal", _where(g, t, k, j), what, m, frozenset(blame))
+                alone = len(op["channel_ids"]) == 1
+
+                def drop(m: dict[str, Any], g: int = g, t: int = t, k: int = k, j: int | None = j, ci: int = ci,
+                         alone: bool = alone) -> None:
+                    ops, at = _locate(m, g, t, k, j)
+                    if alone:
+                        del ops[at]
+                    else:
+                        del ops[at]["channel_ids"][ci]
+
+                what = f"{name} dropped" if alone else f"{name} loses channel {cid}"
+                yield PlanMutant("dropped_signal", _where(g, t, k, j), what, plan, drop, frozenset(blame))
         elif name in ("pws", "pwsf") and op.get("channel_type") == "port":
             blame = set().union(*(_partner_waits(plan, g, t, op, c) for c in op["channel_ids"]))
-            m = copy.deepcopy(plan)
-            ops, at = _locate(m, g, t, k, j)
-            ops[at]["name"] = "put"
-            yield PlanMutant("dropped_signal", _where(g, t, k, j), f"{name} read as put", m,
+
+            def as_put(m: dict[str, Any], g: int = g, t: int = t, k: int = k, j: int | None = j) -> None:
+                ops, at = _locate(m, g, t, k, j)
+                ops[at]["name"] = "put"
+
+            yield PlanMutant("dropped_signal", _where(g, t, k, j), f"{name} read as put", plan, as_put,
                              frozenset(blame | {_where(g, t, k, j)}))
 
 
@@ -152,16 +169,20 @@ def _wrong_peer(plan: dict[str, Any], rng: random.Random) -> Iterator[PlanMutant
                     if not others:
                         continue
                     q = rng.choice(others)
-                    m = copy.deepcopy(plan)
-                    mg = m["gpus"][g]
-                    mg["remote_buffers"].append({"rank": q, "type": rb["type"], "access_channel_types": [ctype]})
-                    mt = mg["threadblocks"][t]
-                    mt.setdefault("remote_buffer_refs", []).append(
-                        {"access_channel_type": ctype, "remote_buffer_ids": [len(mg["remote_buffers"]) - 1]})
-                    ops, at = _locate(m, g, t, k, j)
-                    ops[at][side][bi]["buffer_id"] = len(refs)
-                    yield PlanMutant("wrong_peer", here, f"{side}[{bi}] on gpu {q}, not gpu {rb['rank']}", m,
-                                     frozenset({here}))
+
+                    def elsewhere(m: dict[str, Any], g: int = g, t: int = t, k: int = k, j: int | None = j,
+                                  side: str = side, bi: int = bi, q: int = q, kind: str = rb["type"],
+                                  ctype: str = ctype, nrefs: int = len(refs)) -> None:
+                        mg = m["gpus"][g]
+                        mg["remote_buffers"].append({"rank": q, "type": kind, "access_channel_types": [ctype]})
+                        mt = mg["threadblocks"][t]
+                        mt.setdefault("remote_buffer_refs", []).append(
+                            {"access_channel_type": ctype, "remote_buffer_ids": [len(mg["remote_buffers"]) - 1]})
+                        ops, at = _locate(m, g, t, k, j)
+                        ops[at][side][bi]["buffer_id"] = nrefs
+
+                    yield PlanMutant("wrong_peer", here, f"{side}[{bi}] on gpu {q}, not gpu {rb['rank']}", plan,
+                                     elsewhere, frozenset({here}))
         if op["name"] in ("signal", "rlxsignal", "wait", "rlxwait") and ctype in ("memory", "port"):
             peers = _peers(gpu, ctype)
             ids = _tb_ids(tb, ctype)
@@ -170,12 +191,17 @@ def _wrong_peer(plan: dict[str, Any], rng: random.Random) -> Iterator[PlanMutant
                 alt = [n for n, (q, _) in enumerate(peers) if q != peer]
                 if not alt:
                     continue
-                m = copy.deepcopy(plan)
-                mt = m["gpus"][g]["threadblocks"][t]
-                mt["channels"].append({"channel_type": ctype, "channel_ids": [rng.choice(alt)]})
-                ops, at = _locate(m, g, t, k, j)
-                ops[at]["channel_ids"][ci] = len(ids)
-                yield PlanMutant("wrong_peer", here, f"channel {cid} to another gpu than {peer}", m, frozenset({here}))
+                other = rng.choice(alt)
+
+                def rewire(m: dict[str, Any], g: int = g, t: int = t, k: int = k, j: int | None = j, ci: int = ci,
+                           ctype: str = ctype, other: int = other, nids: int = len(ids)) -> None:
+                    mt = m["gpus"][g]["threadblocks"][t]
+                    mt["channels"].append({"channel_type": ctype, "channel_ids": [other]})
+                    ops, at = _locate(m, g, t, k, j)
+                    ops[at]["channel_ids"][ci] = nids
+
+                yield PlanMutant("wrong_peer", here, f"channel {cid} to another gpu than {peer}", plan, rewire,
+                                 frozenset({here}))
 
 
 def _size(plan: dict[str, Any], g: int, t: int, op: dict[str, Any], b: dict[str, Any]) -> int | None:
@@ -203,10 +229,13 @@ def _wrong_offset(plan: dict[str, Any]) -> Iterator[PlanMutant]:
                     at = b["index"] + delta
                     if at < 0 or size is None or at + b["size"] > size:
                         continue
-                    m = copy.deepcopy(plan)
-                    ops, pos = _locate(m, g, t, k, j)
-                    ops[pos][side][bi]["index"] = at
-                    yield PlanMutant("wrong_offset", here, f"{side}[{bi}] index {b['index']} -> {at}", m,
+
+                    def move(m: dict[str, Any], g: int = g, t: int = t, k: int = k, j: int | None = j,
+                             side: str = side, bi: int = bi, at: int = at) -> None:
+                        ops, pos = _locate(m, g, t, k, j)
+                        ops[pos][side][bi]["index"] = at
+
+                    yield PlanMutant("wrong_offset", here, f"{side}[{bi}] index {b['index']} -> {at}", plan, move,
                                      frozenset({here}))
 
 
@@ -214,15 +243,19 @@ def _missing_barrier(plan: dict[str, Any]) -> Iterator[PlanMutant]:
     for g, t, k, j, op in _ops(plan):
         if op["name"] not in ("nop", "barrier"):
             continue
-        m = copy.deepcopy(plan)
-        ops, at = _locate(m, g, t, k, j)
-        del ops[at]
+
+        def drop(m: dict[str, Any], g: int = g, t: int = t, k: int = k, j: int | None = j) -> None:
+            ops, at = _locate(m, g, t, k, j)
+            del ops[at]
+
+        outer, at = _locate(plan, g, t, k, j)
+        ops = outer[:at] + outer[at + 1:]  # the op list as the mutant has it
         blame = _segment(ops, at, lambda i, g=g, t=t, k=k, j=j: _where(g, t, i, None) if j is None
                          else _where(g, t, k, i))
         if op["name"] == "barrier":
             blame |= {_where(g, tt, kk, jj) for gg, tt, kk, jj, o in _ops(plan) if gg == g and tt != t
                       and o["name"] == "barrier" and o.get("barrier_id") == op.get("barrier_id")}
-        yield PlanMutant("missing_barrier", _where(g, t, k, j), f"{op['name']} dropped", m, frozenset(blame))
+        yield PlanMutant("missing_barrier", _where(g, t, k, j), f"{op['name']} dropped", plan, drop, frozenset(blame))
 
 
 def mutants(plan: dict[str, Any], kinds: tuple[str, ...] = MUTATIONS, seed: int = 0) -> Iterator[PlanMutant]:
