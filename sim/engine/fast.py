@@ -37,7 +37,7 @@ import numpy as np
 
 from algorithms.ir import BUFS, Schedule
 from sim.engine.options import EngineOptions
-from sim.engine.ports import PortArrays, StepGates, ports
+from sim.engine.ports import PortArrays, StepGates, counted, ports
 from sim.topology import Topology
 from sim.verify.semantics import SlotLayout
 
@@ -65,6 +65,10 @@ def slot_columns(schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For ranges [lo_i, hi_i): (i repeated once per element, the elements)."""
     n = np.maximum(hi - lo, 0)
+    if len(n) <= 8:  # the event loop's common case: a few ranges, element by element (a few calls, not ten)
+        ls, ns = lo.tolist(), n.tolist()
+        return (np.repeat(np.arange(len(ns), dtype=np.int64), n),
+                np.array([x for a, k in zip(ls, ns, strict=True) for x in range(a, a + k)], dtype=np.int64))
     total = int(n.sum())
     owner = np.repeat(np.arange(len(lo), dtype=np.int64), n)
     if total == 0:
@@ -349,8 +353,12 @@ class _Fluid:
         self.f_last = np.zeros(0)
         self.f_end = np.zeros(0)
         self.f_nl = np.zeros(0, dtype=np.int64)
+        self.f_bw = np.zeros(0)  # the bottleneck capacity of the flow's route: its rate when alone on it
+        self._resettle = False
+        self._fresh = 0  # flows added since the last settle (the arrays' last ones)
         self.e_link = np.zeros(0, dtype=np.int64)
         self.timers: list[tuple[float, int, int, np.ndarray]] = []
+        self._shared: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.seq = 0
         self.events = 0
         self.finished = 0
@@ -391,7 +399,10 @@ class _Fluid:
         idle = links[self.lcount[links] == 0]
         self.busy_since[idle] = now
         np.add.at(self.lcount, links, 1)
+        self._resettle |= bool((self.lcount[links] > 1).any())  # a link shared now: its flows' rates change
         k = len(ids)
+        self._fresh += k
+        self.f_bw = np.concatenate([self.f_bw, np.minimum.reduceat(self.caps[links], np.cumsum(nls) - nls)])
         self.f_t = np.concatenate([self.f_t, ids])
         self.f_red = np.concatenate([self.f_red, np.full(k, reducer)])
         self.f_rem = np.concatenate([self.f_rem, plan.nbytes(ids)])
@@ -405,16 +416,19 @@ class _Fluid:
     def _end_flows(self, now: float) -> tuple[np.ndarray, np.ndarray]:
         done = self.f_end <= now
         keep = ~done
+        self._resettle |= self._fresh > 0  # never so (flows end before new ones are added), but then settle all
         e_done = np.repeat(done, self.f_nl)
         links = self.e_link[e_done]
         np.subtract.at(self.lcount, links, 1)
-        freed = links[self.lcount[links] == 0]
+        left = self.lcount[links]
+        self._resettle |= bool((left > 0).any())  # a link that was shared: its other flows' rates change
+        freed = links[left == 0]
         # An assignment, not +=: a link listed twice gets the same value twice, not the period twice.
         self.busy[freed] = self.busy[freed] + (now - self.busy_since[freed])
         ids, red = self.f_t[done], self.f_red[done]
         self.f_t, self.f_red, self.f_rem = self.f_t[keep], self.f_red[keep], self.f_rem[keep]
         self.f_rate, self.f_last, self.f_end = self.f_rate[keep], self.f_last[keep], self.f_end[keep]
-        self.f_nl = self.f_nl[keep]
+        self.f_nl, self.f_bw = self.f_nl[keep], self.f_bw[keep]
         self.e_link = self.e_link[~e_done]
         self.changed = True
         return ids[~red], ids[red]
@@ -423,8 +437,38 @@ class _Fluid:
         nf = len(self.f_t)
         if not nf:
             return
-        e_flow = np.repeat(np.arange(nf, dtype=np.int64), self.f_nl)
-        rates = _max_min(e_flow, self.e_link, nf, self.caps)
+        # A flow alone on every link it crosses is its own component of the sharing: progressive filling
+        # gives it its bottleneck capacity (caps / 1, bit for bit), whatever the other flows do. Only the
+        # flows that share a link go through the filling (sim.engine.fairshare: flows elsewhere keep their
+        # rates), which keeps an event's cost to the flows it concerns when most links carry one flow. When no
+        # link became or stopped being shared since the last settle, only the new flows (rate 0) need theirs.
+        fresh, self._fresh = self._fresh, 0
+        if not self._resettle:
+            if fresh:  # the flows added since, at the end of the arrays
+                tail = slice(nf - fresh, nf)
+                bw = self.f_bw[tail]
+                self.f_last[tail] = now
+                self.f_rate[tail] = bw
+                self.f_end[tail] = now + self.f_rem[tail] / bw
+            return
+        self._resettle = False
+        at = np.cumsum(self.f_nl) - self.f_nl
+        shared = np.maximum.reduceat(self.lcount[self.e_link], at) > 1
+        rates = self.f_bw.copy()
+        if shared.any():
+            sh = np.flatnonzero(shared)
+            on = np.repeat(shared, self.f_nl)
+            key = (self.f_t[sh], self.f_red[sh], self.e_link[on])
+            last = self._shared
+            # The same sharing flows over the same links as at the last settle: the same rates.
+            if last is not None and all(len(a) == len(b) and np.array_equal(a, b)
+                                        for a, b in zip(key, last[:3], strict=True)):
+                rates[sh] = last[3]
+            else:
+                e_flow = np.repeat(np.arange(len(sh), dtype=np.int64), self.f_nl[sh])
+                got = _max_min(e_flow, key[2], len(sh), self.caps)
+                self._shared = (*key, got)
+                rates[sh] = got
         ch = np.flatnonzero(rates != self.f_rate)
         if not len(ch):
             return
@@ -448,7 +492,7 @@ class _Fluid:
                     ptr, ww = self.write_waiters
                     _o, e = _ranges(ptr[starting], ptr[starting + 1])
                     if len(e):
-                        ws, c = np.unique(ww[e], return_counts=True)
+                        ws, c = counted(ww[e])
                         self.readers_left[ws] -= c
                         ws = ws[(self.readers_left[ws] == 0) & self.arrived[ws]]
                         finishing = np.concatenate([finishing, ws])
@@ -498,7 +542,7 @@ class _Fluid:
                         _o, e = _ranges(ptr[released], ptr[released + 1])
                         if not len(e):
                             break
-                        us, c = np.unique(dep[e], return_counts=True)
+                        us, c = counted(dep[e])
                         self.waiting[us] -= c
                         ready = us[self.waiting[us] == 0]
                         go = ready[ready < self.n]

@@ -40,10 +40,12 @@ import numpy as np
 from algorithms.ir import Schedule
 from sim.topology import Topology
 
-__all__ = ["IN_FLIGHT_ALL", "PortArrays", "Ports", "SendOrder", "Side", "StepGates", "ports"]
+__all__ = ["IN_FLIGHT_ALL", "PortArrays", "Ports", "SendOrder", "Side", "StepGates", "counted", "ports"]
 
 IN_FLIGHT_ALL = 0
 """``in_flight`` without queues: every ready transfer starts at once."""
+FEW = 16
+"""``PortArrays`` takes this many transfers or fewer element by element, more as arrays."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,12 +146,30 @@ def ports(schedule: Schedule, topology: Topology, queued: np.ndarray | None = No
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For ranges [lo_i, hi_i): (i repeated once per element, the elements); as ``sim.engine.fast``'s."""
     n = np.maximum(hi - lo, 0)
+    if len(n) < 64 and bool((n == 1).all()):  # the event loop's common case: ranges of one
+        return np.arange(len(lo), dtype=np.int64), lo.astype(np.int64, copy=False)
     total = int(n.sum())
     owner = np.repeat(np.arange(len(lo), dtype=np.int64), n)
     if total == 0:
         return owner, np.zeros(0, dtype=np.int64)
     starts = np.cumsum(n) - n
     return owner, np.arange(total, dtype=np.int64) - np.repeat(starts - lo, n)
+
+
+def counted(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_counts=True)`` for the event loop's small arrays, in a few numpy calls (np.unique
+    costs tens of microseconds of Python whatever the size, and the loop calls it several times an event)."""
+    if len(a) < 2:
+        return a.astype(np.int64, copy=False), np.ones(len(a), dtype=np.int64)
+    a = np.sort(a)
+    new = np.empty(len(a), dtype=bool)
+    new[0] = True
+    np.not_equal(a[1:], a[:-1], out=new[1:])
+    if bool(new.all()):
+        return a, np.ones(len(a), dtype=np.int64)
+    at = np.flatnonzero(new)
+    return a[at], np.diff(np.append(at, len(a)))
+
 
 
 class _Queue:
@@ -281,6 +301,22 @@ class _SideArrays:
         _o, e = _ranges(self.s.batch_ptr[b], self.s.batch_ptr[b + 1])
         return self.s.batch_msgs[e]
 
+    def open_one(self, m: int, n_flight: int) -> bool:
+        b = self.s.batch[m]
+        q = self.s.batch_port[b]
+        return bool(b == self.started_upto[q] and b < self.landed_upto[q] + n_flight)
+
+    def advance_one(self, upto: np.ndarray, left: np.ndarray, q: int, n_flight: int) -> list[int]:
+        """``move`` for port q alone, then ``current_open`` of it, as a list."""
+        u, end = int(upto[q]), int(self.end[q])
+        while u < end and left[u] == 0:
+            u += 1
+        upto[q] = u
+        b = int(self.started_upto[q])
+        if b < end and b < self.landed_upto[q] + n_flight:
+            return self.s.batch_msgs[self.s.batch_ptr[b]:self.s.batch_ptr[b + 1]].tolist()
+        return []
+
     def move(self, upto: np.ndarray, left: np.ndarray, qs: np.ndarray) -> None:
         """Advance ``upto`` of ports ``qs`` past their batches with nothing ``left``."""
         while len(qs):
@@ -307,7 +343,7 @@ class PortArrays:
         self.sides = (_SideArrays(s.send), _SideArrays(s.recv))
 
     def _startable(self, ms: np.ndarray) -> np.ndarray:
-        ms = np.unique(ms)
+        ms = counted(ms)[0]
         ok = self.ready_m[ms] & ~self.started[ms]
         for side in self.sides:
             ok &= side.open(ms, self.n_flight)
@@ -323,7 +359,7 @@ class PortArrays:
             out.append(s.msg_transfers[e])
             nxt = []
             for side in self.sides:
-                bs, c = np.unique(side.s.batch[ms], return_counts=True)
+                bs, c = counted(side.s.batch[ms])
                 side.unstarted[bs] -= c
                 qs = side.s.batch_port[bs[side.unstarted[bs] == 0]]
                 if len(qs):
@@ -332,14 +368,79 @@ class PortArrays:
             ms = self._startable(np.concatenate(nxt)) if nxt else np.zeros(0, dtype=np.int64)
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
+    # -- a few transfers at a time: the same rules element by element (an event loop whose instants each move a
+    # handful of transfers would otherwise pay some sixty numpy calls an instant here). Both paths keep the same
+    # state, and reach the same messages: a message starts when ready and open on both sides, and starting or
+    # landing only ever opens more, so the order in which one instant's messages are taken does not matter.
+
+    def _run_few(self, ms: list[int]) -> list[int]:
+        """``_run`` on candidates ``ms`` (each checked here): the transfers that start now."""
+        out: list[int] = []
+        s, n_flight = self.s, self.n_flight
+        while ms:
+            m = ms.pop()
+            if self.started[m] or not self.ready_m[m]:
+                continue
+            if not all(side.open_one(m, n_flight) for side in self.sides):
+                continue
+            self.started[m] = True
+            out.extend(s.msg_transfers[s.msg_ptr[m]:s.msg_ptr[m + 1]].tolist())
+            for side in self.sides:
+                b = int(side.s.batch[m])
+                side.unstarted[b] -= 1
+                if side.unstarted[b] == 0:
+                    ms.extend(side.advance_one(side.started_upto, side.unstarted, int(side.s.batch_port[b]),
+                                               n_flight))
+        return out
+
+    def _ready_few(self, ts: np.ndarray) -> np.ndarray:
+        out: list[int] = []
+        cand: list[int] = []
+        for t in ts.tolist():
+            m = int(self.s.msg_of[t])
+            if m < 0:
+                out.append(t)
+                continue
+            self.unready[m] -= 1
+            if self.unready[m] == 0:
+                self.ready_m[m] = True
+                cand.append(m)
+        if cand:
+            out.extend(self._run_few(cand))
+        return np.array(out, dtype=np.int64)
+
+    def _landed_few(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        s, n_flight = self.s, self.n_flight
+        delivered: list[int] = []
+        cand: list[int] = []
+        for t in ts.tolist():
+            m = int(s.msg_of[t])
+            if m < 0:
+                delivered.append(t)
+                continue
+            self.unlanded[m] -= 1
+            if self.unlanded[m]:
+                continue
+            delivered.extend(s.msg_transfers[s.msg_ptr[m]:s.msg_ptr[m + 1]].tolist())
+            for side in self.sides:
+                b = int(side.s.batch[m])
+                side.unlanded[b] -= 1
+                if side.unlanded[b] == 0:
+                    cand.extend(side.advance_one(side.landed_upto, side.unlanded, int(side.s.batch_port[b]),
+                                                 n_flight))
+        started = self._run_few(cand) if cand else []
+        return np.array(delivered, dtype=np.int64), np.array(started, dtype=np.int64)
+
     def ready(self, ts: np.ndarray) -> np.ndarray:
         """Transfers ``ts`` may start by their dependencies: those that start now (local ones at once)."""
+        if len(ts) <= FEW:
+            return self._ready_few(ts)
         m = self.s.msg_of[ts]
         local = ts[m < 0]
         m = m[m >= 0]
         if not len(m):
             return local
-        ms, c = np.unique(m, return_counts=True)
+        ms, c = counted(m)
         self.unready[ms] -= c
         ms = ms[self.unready[ms] == 0]
         self.ready_m[ms] = True
@@ -348,6 +449,8 @@ class PortArrays:
     def landed(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Transfers ``ts`` have landed: the transfers delivered now (``SendOrder.landed``) and those that start
         now."""
+        if len(ts) <= FEW:
+            return self._landed_few(ts)
         s = self.s
         m = s.msg_of[ts]
         local = ts[m < 0]
@@ -355,7 +458,7 @@ class PortArrays:
         empty = np.zeros(0, dtype=np.int64)
         if not len(m):
             return local, empty
-        ms, c = np.unique(m, return_counts=True)
+        ms, c = counted(m)
         self.unlanded[ms] -= c
         ms = ms[self.unlanded[ms] == 0]
         _o, e = _ranges(s.msg_ptr[ms], s.msg_ptr[ms + 1])
@@ -364,7 +467,7 @@ class PortArrays:
         for side in self.sides:
             if not len(ms):
                 break
-            bs, c = np.unique(side.s.batch[ms], return_counts=True)
+            bs, c = counted(side.s.batch[ms])
             side.unlanded[bs] -= c
             qs = side.s.batch_port[bs[side.unlanded[bs] == 0]]
             if len(qs):
