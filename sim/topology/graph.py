@@ -70,6 +70,7 @@ class Topology:
     _cache: dict[tuple[int, int], tuple[tuple[int, ...], float]] = field(init=False, repr=False)
     _cheapest: dict[tuple[str, Node], int] = field(init=False, repr=False)
     _routed: list[frozenset[int]] = field(init=False, repr=False)
+    _pred_sorted: list[list[list[tuple[int, int, float]]]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         g = self.graph
@@ -102,6 +103,7 @@ class Topology:
         object.__setattr__(self, "_cache", {})
         object.__setattr__(self, "_cheapest", {})
         object.__setattr__(self, "_routed", [])
+        object.__setattr__(self, "_pred_sorted", [])
         for key in self.routes:
             if not (isinstance(key, tuple) and len(key) == 2):
                 raise TopologyError(f"route key {key!r}: expected a (src rank, dst rank) pair")
@@ -173,6 +175,96 @@ class Topology:
             for src in srcs:
                 out[(src, dst)] = self._remember(src, dst, self._walk(src, dst, tree))
         return out
+
+    def route_many(self, pairs: Iterable[tuple[int, int]]) -> dict[tuple[int, int], tuple[Node, ...]]:
+        """``route`` for many pairs at once, building each destination's tree only once."""
+        out: dict[tuple[int, int], tuple[Node, ...]] = {}
+        by_dst: dict[int, list[int]] = {}
+        for src, dst in pairs:
+            if src == dst or (src, dst) in self.routes or self._direct(src, dst) is not None:
+                out[(src, dst)] = self.route(src, dst)
+            else:
+                self._check_rank(src)
+                self._check_rank(dst)
+                by_dst.setdefault(dst, []).append(src)
+        nodes = self._nodes
+        for dst, srcs in by_dst.items():
+            best = self._best_nexts(dst, srcs)
+            for src in srcs:
+                if src not in best:
+                    raise TopologyError(f"rank {src} cannot reach rank {dst}")
+                path: list[Node] = [src]
+                u, digits = src, dst
+                while u != dst:
+                    u, digits = _next_hop(best[u], digits)
+                    path.append(nodes[u])
+                out[(src, dst)] = tuple(path)
+        return out
+
+    def _best_nexts(self, dst: int, srcs: Sequence[int]) -> dict[int, list[int]]:
+        """``_tree(dst)``'s best next hops, for ``srcs`` and the nodes of their walks only: the same choices, from
+        as much of the search as they depend on.
+
+        Dijkstra from dst on (latency, hops) as ``_tree``, stopped once every source's key is at most the least
+        key left in the heap (no unsettled node can then improve it), and not relaxing links that lead past the
+        sources' keys (a node past them is on no source's best route): every node a walk visits has a smaller key
+        than the source it started from. A node's tight next hops are recorded as its key is reached (the nodes
+        whose key plus the link's equals its own, all settled before it), so a switch's successors are never
+        scanned; the widest bottleneck among them and the ties in node order are ``_tree``'s.
+        """
+        order = self._pred_by_latency()
+        want = set(srcs)
+        key: dict[int, tuple[int, int]] = {dst: (0, 0)}
+        tight: dict[int, list[tuple[int, float]]] = {dst: []}
+        widest: dict[int, float] = {}
+        nexts: dict[int, list[int]] = {}
+        heap: list[tuple[int, int, int]] = [(0, 0, dst)]
+        bound: tuple[int, int] | None = None
+        seen = 0
+
+        def settle(u: int) -> None:
+            if u == dst:
+                widest[u] = math.inf
+                return
+            ws = [(v, bw if bw < widest[v] else widest[v]) for v, bw in tight[u]]
+            top = max(w for _v, w in ws)
+            widest[u] = top
+            nexts[u] = sorted(v for v, w in ws if w == top)
+
+        while heap:
+            if bound is not None and bound <= heap[0][:2]:
+                break
+            dl, dh, v = heapq.heappop(heap)
+            if v in widest or (dl, dh) != key[v]:
+                continue
+            settle(v)
+            ch = dh + 1
+            for u, ul, bw in order[v]:
+                cl = dl + ul
+                if bound is not None and (cl, ch) > bound:
+                    break  # the rest are further still (sorted by latency)
+                if u in widest:
+                    continue
+                old = key.get(u)
+                if old is None or (cl, ch) < old:
+                    key[u] = (cl, ch)
+                    tight[u] = [(v, bw)]
+                    heapq.heappush(heap, (cl, ch, u))
+                    if u in want:
+                        seen += old is None
+                        if seen == len(want):
+                            bound = max(key[s] for s in want)
+                elif (cl, ch) == old:
+                    tight[u].append((v, bw))
+        for u in want:
+            if u in key and u not in widest:
+                settle(u)
+        return nexts
+
+    def _pred_by_latency(self) -> list[list[tuple[int, int, float]]]:
+        if not self._pred_sorted:
+            self._pred_sorted.append([sorted(links, key=lambda x: x[1]) for links in self._pred])
+        return self._pred_sorted[0]
 
     def routed_links(self) -> frozenset[int]:
         """Ids of the links that carry the route of at least one ordered pair of ranks (cached).
