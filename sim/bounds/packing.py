@@ -95,6 +95,10 @@ SELECT_MAX_TRANSFERS = 40_000
 a quarter of a million transfers each)."""
 SELECT_SIZE = float(2**30)
 """The size both emissions are simulated at: large, where bandwidth, which the packing targets, decides."""
+FOREST_MAX_RANKS = 64
+"""Allgather and reducescatter without ``chunks`` or ``pace`` on up to this many ranks come from the optimal
+fractional packing, rounded and stepped (``sim.bounds.arborescence``, ``sim.bounds.stepped``); above it, from the
+greedy packing (its column generation prices N trees a round)."""
 ROOTED_LANES = 2
 """The same for broadcast and reduce, whose single root's chunks share every lane: more in flight
 there only splits the root's links further (ring:8 broadcast 95% of the bound with 2, 89% with 8)."""
@@ -578,6 +582,11 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
         raise SynthesisError(f"passes must be an integer >= 1, got {passes!r}")
     if pace is not None and not isinstance(pace, bool):
         raise SynthesisError(f"pace must be True, False or None (automatic), got {pace!r}")
+    if kind in (Kind.ALLGATHER, Kind.REDUCESCATTER) and chunks is None and pace is None and _irregular_graph(topology):
+        # The optimal packing, in steps (docs/design.md, "Optimal packings in steps").
+        from sim.bounds.stepped import build
+
+        return build(kind, topology)
     cache: dict[tuple[tuple[int, ...], bool, int], Packing] = {}
 
     def packed(roots: Sequence[int], inward: bool, k: int) -> Packing:
@@ -677,6 +686,22 @@ def synthesize(kind: Kind | str, topology: Topology, *, root: int | None = None,
     # for an executor that posts each transfer when its dependencies complete (the runner's dataflow one).
     times = [simulate(x, topology, SELECT_SIZE, in_flight=0).time for x in candidates]
     return candidates[times.index(min(times))]
+
+
+def _irregular_graph(topology: Topology) -> bool:
+    """Whether the optimal packing in steps serves ``topology`` (``FOREST_MAX_RANKS``): ranks joined by links
+    alone (no switch: a step's messages then never share a link), every rank reachable over routes that pass no
+    other rank, and no symmetry taking every rank to every other (where the symmetric packing is regular and
+    reaches the bound in either send order)."""
+    from sim.bounds.arborescence import strongly_connected, through_ranks
+
+    n = topology.ranks
+    if not 1 < n <= FOREST_MAX_RANKS or any(not isinstance(v, int) for v in topology.graph.nodes):
+        return False
+    if not strongly_connected(~through_ranks(topology)):
+        return False
+    perms = _symmetries(topology, range(n))
+    return perms is None or len({base for base, _pm in perms.values()}) > 1
 
 
 def predicted_time(pk: Packing, chunk_bytes: float) -> float:
