@@ -3,6 +3,7 @@
     python benchmarks/bench_synthesis.py                 # the efficiency table (1 GiB)
     python benchmarks/bench_synthesis.py --lp            # the all-to-all LP bound's wall time at 256 ranks
     python benchmarks/bench_synthesis.py --rows heldout  # only the held-out topology files
+    python benchmarks/bench_synthesis.py --rows random [--graphs 20] [--before]  # random graphs (issue 33)
 
 Rows (issue 24's goals): allgather and reducescatter on topology files no builder made
 (``benchmarks/heldout/``: a 2x3 two-level cluster whose NICs run at 25, 50 and 100 GB/s, a random 7-GPU graph)
@@ -10,6 +11,10 @@ and on a file equal to cluster:2x8 link for link beside the name itself, against
 (``sim.bounds.cuts``); uniform all-to-all and Zipf(1.2) all-to-allv (``algorithms.matrices.zipf``) against the LP
 bound (``sim.bounds.lp``). "eff" is bound / simulated time (dataflow, no overheads); "unpaced" is the same
 synthesis with the emission before pacing (trees: ``pace=False``; flows: relays unpaced), for comparison.
+``--rows random``: allgather and reducescatter on seeded random strongly connected graphs of 4 to 16 ranks (the
+family of tests/sim/bounds/test_synth_any_graph.py: a Hamiltonian cycle, some links one way, extra links, speeds
+12.5-100 GB/s, 1 us), efficiency in the default options per graph, then the median and the minimum; ``--before``
+adds the greedy packing that served these graphs before (``packing.FOREST_MAX_RANKS = 0``; slow at 16 ranks).
 Goals: all-to-all within 5% of the LP, all-to-allv within 10%, allgather and reducescatter within 5% on the
 held-out files; the LP at 256 ranks under 60 s.
 """
@@ -85,6 +90,64 @@ def flow_row(name: str, matrix: str) -> str:
             f"{b.efficiency(old.time):>8.3f} {wall:>7.2f}")
 
 
+def random_graph(seed: int) -> Topology:
+    """A seeded random strongly connected graph of 4 to 16 ranks (module docstring)."""
+    import random
+
+    import networkx as nx
+
+    rng = random.Random(seed)
+    n = rng.randint(4, 16)
+    order = list(range(n))
+    rng.shuffle(order)
+    speeds = (12.5e9, 25e9, 50e9, 100e9)
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    for i in range(n):
+        u, v = order[i], order[(i + 1) % n]
+        g.add_edge(u, v, bandwidth=rng.choice(speeds), latency=1e-6)
+        if rng.random() < 0.7:
+            g.add_edge(v, u, bandwidth=rng.choice(speeds), latency=1e-6)
+    for _ in range(rng.randint(0, 2 * n)):
+        u, v = rng.sample(range(n), 2)
+        g.add_edge(u, v, bandwidth=rng.choice(speeds), latency=1e-6)
+        if rng.random() < 0.5:
+            g.add_edge(v, u, bandwidth=rng.choice(speeds), latency=1e-6)
+    return Topology(g, f"random-{seed}")
+
+
+def random_rows(graphs: int, before: bool) -> None:
+    from statistics import median
+
+    from sim.bounds import packing
+
+    print(f"{'graph':<12} {'ranks':>5} {'links':>5} {'kind':<13} {'bound ms':>9} {'synth ms':>9} {'eff':>7} "
+          f"{'before':>7} {'synth s':>7} {'transfers':>9}")
+    effs: dict[str, list[float]] = {"allgather": [], "reducescatter": []}
+    for seed in range(graphs):
+        t = random_graph(seed)
+        for kind in effs:
+            b = bound(kind, t, GIB)
+            t0 = time.perf_counter()
+            s = synthesize(kind, t)
+            wall = time.perf_counter() - t0
+            r = simulate(s, t, GIB)
+            assert r.ok, (t.name, kind)
+            effs[kind].append(b.efficiency(r.time))
+            old = "-"
+            if before:
+                keep, packing.FOREST_MAX_RANKS = packing.FOREST_MAX_RANKS, 0
+                try:
+                    old = f"{b.efficiency(simulate(synthesize(kind, t), t, GIB).time):.3f}"
+                finally:
+                    packing.FOREST_MAX_RANKS = keep
+            print(f"{t.name:<12} {t.ranks:>5} {t.graph.number_of_edges():>5} {kind:<13} {b.bound_s * 1e3:>9.4f} "
+                  f"{r.time * 1e3:>9.4f} {b.efficiency(r.time):>7.3f} {old:>7} {wall:>7.2f} {s.num_transfers:>9}",
+                  flush=True)
+    for kind, e in effs.items():
+        print(f"{kind}: {len(e)} graphs, median {median(e):.3f}, min {min(e):.3f}")
+
+
 def lp_table() -> None:
     print(f"{'topology':<14} {'ranks':>5} {'variables':>9} {'LP s':>7} {'bound ms':>9}")
     for spec in ("switch:256", "cluster:32x8", "torus:16x16"):
@@ -98,10 +161,15 @@ def lp_table() -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--lp", action="store_true", help="only the LP wall-time table at 256 ranks")
-    parser.add_argument("--rows", choices=("all", "heldout", "trees", "flows"), default="all")
+    parser.add_argument("--rows", choices=("all", "heldout", "trees", "flows", "random"), default="all")
+    parser.add_argument("--graphs", type=int, default=20, help="random graphs (--rows random)")
+    parser.add_argument("--before", action="store_true", help="also the greedy packing before (--rows random)")
     args = parser.parse_args()
     if args.lp:
         lp_table()
+        return 0
+    if args.rows == "random":
+        random_rows(args.graphs, args.before)
         return 0
     print(f"{'topology':<28} {'kind':<13} {'bound ms':>9} {'synth ms':>9} {'eff':>7} {'unpaced':>8} {'synth s':>7}")
     rows: list[tuple[str, str, bool]] = []

@@ -44,6 +44,12 @@ its cost is the sum over the physical links of its route.
    the same pieces: chunk j is reduced to its root along an in-tree, then sent
    out along an out-tree; in dataflow the two phases overlap chunk by chunk.
 
+Allgather and reducescatter without ``chunks`` on a graph of ranks joined by links alone, without a symmetry
+taking every rank to every other (a random graph, a user's file), come instead from the optimal packing
+(``sim.bounds.arborescence``: the fractional optimum by column generation, which meets the cut bound, rounded to
+k trees a root) emitted in steps (``sim.bounds.stepped``), which the simulator runs within a few percent of the
+bound in either send order.
+
 Routes (``sim.topology.routing.routed``): ``widest_routes`` and ``neighbour_routes`` give a topology
 explicit routes where the least-latency ones keep the bound out of reach; the
 schedule must then be simulated on the same routed topology.

@@ -6,15 +6,21 @@ make a *round* that loads each link in proportion to the optimal packing. The co
 ``rounds`` such rounds (k·rounds chunks per rank), and round s crosses a tree edge at depth d (out-trees) or
 from a rank at height h (in-trees: after its children) in step s + d (s + h + 1): every tree is a pipeline
 with one round in flight per edge, and in the steady state every step moves one round's load on every link.
-A tree's chunks of a round are contiguous, so each (tree, edge, step) is one transfer of its count of chunks,
-and the messages of a step between two ranks are one message.
+A tree's chunks of a round are contiguous. Each message, one per rank pair and step, is one transfer: the
+sender first copies its items (each a tree's chunks of a round, runs of neighbours merged) into its *box* for
+the pair, a scratch region reused every step, sends the box into the receiver's box for the pair, and the
+receiver copies (reducescatter: reduces) them out to where they belong. The reuse paces every pair at one
+message in flight (the next copy into a box waits for the send from it, the next send into the receiver's box
+for its copies out), so the schedule runs alike with and without dataflow's send order, and a link carries one
+flow at a time.
 
 Why steps: in dataflow's send order (``EngineOptions.in_flight``, the default one step in flight per port) a
 rank's port sends its messages step by step, each after the previous one has landed. When every step's message
 on a link is one round's share of the link's load, every port's steps take the same time, the time of the round
 at the packing's rate, so ports never wait on each other beyond the pipeline's fill and drain (depth - 1
-steps) and one latency per step: the run takes about (rounds + depth - 1) rounds. ``steps_for`` sizes
-``rounds`` for that.
+steps) and one latency per step: the run takes about (R + depth - 1)·(τ/R + α) for R rounds, τ the packing's
+time and α the route latency. ``rounds_for`` picks R for that at a nominal size (1 GiB), and
+``sim.bounds.arborescence.integer_packing`` trades load against depth by the same estimate.
 
 This module does not import torch.
 """

@@ -77,7 +77,7 @@ def efficiency(kind: Kind, t: Topology, size: float = GIB) -> float:
     return b.bound_s / r.time
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(t=graphs(), kind=st.sampled_from([Kind.ALLGATHER, Kind.REDUCESCATTER]))
 @example(t=unequal_seven(), kind=Kind.ALLGATHER)
 @example(t=unequal_seven(), kind=Kind.REDUCESCATTER)
