@@ -27,7 +27,6 @@ copies the first source there, then adds the rest, then sends the sum).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from algorithms.errors import ScheduleError
@@ -57,9 +56,9 @@ class Ref(NamedTuple):
         return f"gpu {self.rank} {self.space}[{self.index}:{self.index + self.size}]"
 
 
-@dataclass(frozen=True, slots=True)
-class Move:
-    """dst := src (copy) or dst := dst ⊕ src (reduce), in the effect's phase ``phase``."""
+class Move(NamedTuple):
+    """dst := src (copy) or dst := dst ⊕ src (reduce), in the effect's phase ``phase``. ``Move``, ``SwitchMove``
+    and ``Effect`` are NamedTuples: a large plan makes one of each per data op."""
 
     src: Ref
     dst: Ref
@@ -67,8 +66,7 @@ class Move:
     phase: int
 
 
-@dataclass(frozen=True, slots=True)
-class SwitchMove:
+class SwitchMove(NamedTuple):
     """A switch operation: every target := ⊕ sources (reduce) or := the one source (multicast)."""
 
     reduce: bool
@@ -77,8 +75,7 @@ class SwitchMove:
     phase: int
 
 
-@dataclass(frozen=True, slots=True)
-class Effect:
+class Effect(NamedTuple):
     moves: tuple[Move, ...]
     switch: tuple[SwitchMove, ...]
     packet_reads: tuple[Ref, ...]
