@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.errors import ScheduleError
-from algorithms.formats.mscclpp.reader import ReadPlan, read_plan
+from algorithms.formats.mscclpp.reader import ReadPlan, paused_gc, read_plan
+from algorithms.formats.mscclpp.replay import HINTS
 from algorithms.formats.schedule import read_bytes
 from algorithms.ir import Buf
 from sim.verify.plan_blame import blame_wrong_slots
@@ -37,7 +38,8 @@ _TRACED = 20
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong with a plan: ``kind`` (deadlock, race, unmatched, a data violation's kind, or
-    dead_write for a hint), its message, and the ops it names (their ``where``: ``gpu 1 threadblock 0 op 5``)."""
+    dead_write or dead_packet for a hint), its message, and the ops it names (their ``where``: ``gpu 1
+    threadblock 0 op 5``)."""
 
     kind: str
     message: str
@@ -100,6 +102,11 @@ def _op_of(got: ReadPlan, step: int | None, transfer: int | None) -> tuple[str, 
 def verify_plan(source: str | bytes | dict[str, Any] | os.PathLike[str]) -> PlanReport:
     """Verify an MSCCL++ plan (JSON text, parsed JSON or a path; module docstring). ``ScheduleError`` for a plan
     that cannot be read at all (bad JSON or field, an op the executor does not take), naming the place."""
+    with paused_gc():  # (reader.paused_gc: the collector's passes over a large plan's objects cost as much again)
+        return _verify_plan(source)
+
+
+def _verify_plan(source: str | bytes | dict[str, Any] | os.PathLike[str]) -> PlanReport:
     if isinstance(source, os.PathLike) or (isinstance(source, str) and not source.lstrip().startswith("{")
                                            and Path(source).is_file()):
         path = source
@@ -109,8 +116,8 @@ def verify_plan(source: str | bytes | dict[str, Any] | os.PathLike[str]) -> Plan
             raise ScheduleError(f"{path}: {e}") from None
     else:
         got = read_plan(source)
-    findings = [Finding(p.kind, p.message, p.ops) for p in got.problems]
-    hints: list[Finding] = []
+    findings = [Finding(p.kind, p.message, p.ops) for p in got.problems if p.kind not in HINTS]
+    hints: list[Finding] = [Finding(p.kind, p.message, p.ops) for p in got.problems if p.kind in HINTS]
     data = None
     if got.schedule is not None and not got.layout.custom:
         data = verify(got.schedule)

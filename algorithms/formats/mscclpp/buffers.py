@@ -110,8 +110,8 @@ class Layout:
                 if 0 <= k < self.size(rank, space) * r:
                     return _chunk(rank, space, k, r)
         if buf is Buf.SCRATCH:
-            for space, at in sorted(self.region.items(), key=lambda kv: -kv[1]):
-                if index >= at:
+            for space, at in self.region.items():
+                if at <= index < at + self.size(rank, space) * r:  # (a region may be empty: o of a test plan)
                     return _chunk(rank, space, index - at, r)
         return f"gpu {rank} {buf}[{index}]"
 

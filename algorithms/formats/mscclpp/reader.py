@@ -16,18 +16,21 @@ transfer and switch operation, the op it comes from (what ``sim.verify.plan`` na
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from algorithms.errors import ScheduleError
 from algorithms.formats.mscclpp.buffers import Layout
 from algorithms.formats.mscclpp.plan import ExecutionPlan, looks_like_plan, parse_plan
-from algorithms.formats.mscclpp.replay import Event, Problem, replay
+from algorithms.formats.mscclpp.replay import HINTS, Event, Problem, replay
 from algorithms.formats.schedule import read_bytes
 from algorithms.ir import Buf, Endpoint, Op, Schedule, SwitchOp, SwitchOpKind, Transfer
 
-__all__ = ["ReadPlan", "from_plan", "load_plan", "loads_plan", "looks_like_plan", "read_plan"]
+__all__ = ["ReadPlan", "from_plan", "load_plan", "loads_plan", "looks_like_plan", "paused_gc", "read_plan"]
 
 Slot = tuple[int, Buf, int]
 
@@ -49,7 +52,8 @@ class ReadPlan:
     def error(self) -> ScheduleError | None:
         """The ``ScheduleError`` ``from_plan`` raises for this plan (None: the plan reads): its first problem,
         or for a ``test`` plan (no postcondition, read for simulation) a deadlock only."""
-        problems = [p for p in self.problems if p.kind == "deadlock" or not self.layout.custom]
+        problems = [p for p in self.problems
+                    if p.kind not in HINTS and (p.kind == "deadlock" or not self.layout.custom)]
         if not problems:
             return None
         more = len(problems) - 1
@@ -138,9 +142,28 @@ def _assemble(plan: ExecutionPlan, layout: Layout, events: list[Event], name: st
     return schedule, origin, tuple(sorigin)
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector off for the block (back to how it was after). Reading a large plan makes
+    millions of small objects and no cycles; the collector's passes over them took half of reading and
+    verifying the largest plan of the corpus (32 GPUs, 193,000 ops: 5.8 s of CPU with it, 2.8 s without)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def read_plan(source: str | bytes | ExecutionPlan | dict[str, Any], *, name: str | None = None) -> ReadPlan:
     """The plan read, with its problems (see ``ReadPlan``); ``ScheduleError`` only for a plan that cannot be
     read at all (bad JSON, a bad field, an op the executor does not take or whose ranges do not fit it)."""
+    with paused_gc():
+        return _read(source, name)
+
+
+def _read(source: str | bytes | ExecutionPlan | dict[str, Any], name: str | None) -> ReadPlan:
     plan = source if isinstance(source, ExecutionPlan) else parse_plan(source)
     if plan.protocol not in ("Simple", "LL"):
         raise ScheduleError(f"plan: protocol {plan.protocol!r} (the executor runs Simple and LL)")

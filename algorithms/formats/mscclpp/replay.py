@@ -27,6 +27,17 @@ orders before that GPU's run ends (but for a proxy's read of its own GPU's sourc
 puts it was handed), or a plain access from another GPU that nothing orders after the GPU started the run
 (packets are exempt: their flag tells one run's from the next). Every data op gets a *level*: one more than the
 levels of everything that happens before it, which is how the reader lays the plan out in steps.
+
+Two packet ops of one thread block with no barrier between them are ordered where they touch one plain range
+the same way (``LANE_OPS``, the same range and ``tbg_info``): the executor's packet handlers give packet k of a
+range to thread k mod blockDim.x (``for (idx = threadIdx.x; idx < nPackets; idx += blockDim.x)``), so the one
+thread that wrote an element reads it back, in program order. MSCCL++'s default multi-node reduce-scatter
+unpacks a packet into its result and adds the remote partials to it that way, with no ``nop`` between.
+
+A packet that no op reads is a *hint* (``dead_packet``), not a problem: the DSL's fused ``recspkt`` keeps a
+packet copy its plan may never read, and a packet carries no state into the next run (its flag tells the runs
+apart). In a ``test`` plan (the DSL's op-level probes) a packet read that no op of the plan writes reads a
+packet its test harness put there, as it reads the plain buffers' contents.
 """
 
 from __future__ import annotations
@@ -43,9 +54,16 @@ from algorithms.formats.mscclpp.ops import DATA_OPS, PROXY_OPS, Effect, Ref, eff
 from algorithms.formats.mscclpp.plan import ExecutionPlan, PlanOp
 from algorithms.ir import Op
 
-__all__ = ["Event", "Problem", "Replay", "replay", "MAX_RACES"]
+__all__ = ["Event", "HINTS", "LANE_OPS", "Problem", "Replay", "replay", "MAX_RACES"]
+
+LANE_OPS = frozenset({"cpkt", "upkt", "repkt", "respkt", "recpkt", "recspkt", "ppkt"})
+"""Ops whose threads take a range packet by packet (thread k: packet k mod blockDim.x; ``ppkt`` over a memory
+channel only: over a port channel the proxy copies)."""
+_PLAIN = ("i", "o", "s")
 
 MAX_RACES = 20
+HINTS = frozenset({"dead_packet"})
+"""Problem kinds that are hints: the plan is right with them."""
 """Races reported at most (the first ones the replay meets); a plan with more has them all cut off here."""
 Slot = tuple[int, Any, int]
 VC = np.ndarray
@@ -62,8 +80,9 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """What is wrong with a plan's synchronisation: ``kind`` is ``deadlock``, ``race`` or ``unmatched``; ``ops``
-    are the ``where`` of the ops it names (first: the one to look at)."""
+    """What is wrong with a plan's synchronisation: ``kind`` is ``deadlock``, ``race`` or ``unmatched``, or the
+    hint ``dead_packet`` (``HINTS``: not wrong); ``ops`` are the ``where`` of the ops it names (first: the one to
+    look at)."""
 
     kind: str
     message: str
@@ -113,12 +132,17 @@ class _Block:
     grp: Know | None = None
     grp_end: int = 0
     arrived: bool = False
+    dirty: bool = False
+    """A data op ran since the last fence (else a fence that learnt nothing since changes nothing)."""
 
     @property
     def done(self) -> bool:
         return self.pc >= len(self.code)
 
     def fence(self) -> None:
+        if not self.dirty and self.ctl is self.fenced:  # nothing ran or came in since the last: skip the copy
+            return
+        self.dirty = False
         k = self.ctl.join(self.grp)
         assert k.vc is not None and self.fenced.vc is not None
         vc = k.vc.copy()
@@ -173,6 +197,19 @@ class _Run:
         self.problems: list[Problem] = []
         self.raced: set[tuple[str, ...]] = set()
         self._slots: dict[Any, list[Slot]] = {}
+        self.zero = zero
+        self.harness: set[Slot] = self.provided() if layout.custom else set()
+
+    def provided(self) -> set[Slot]:
+        """The packet slots a ``test`` plan reads and none of its ops writes: its harness's (module docstring)."""
+        read: set[Slot] = set()
+        written: set[Slot] = set()
+        for b in self.blocks:
+            for op, e in b.code:
+                if e is not None:
+                    read.update(s for r in e.packet_reads for s in self.slots(r, op, "src_buff"))
+                    written.update(s for r in packet_writes(e) for s in self.slots(r, op, "dst_buff"))
+        return read - written
 
     # ---------------------------------------------------------------- helpers
 
@@ -240,15 +277,32 @@ class _Run:
                 access[s] = [tid, epoch, op, []] if write else [-1, 0, None, [(tid, epoch, op)]]
                 continue
             wt, we, wop, reads = a
-            if wop is not None and wop is not op and k[wt] < we:
+            if wop is not None and wop is not op and k[wt] < we and not (
+                    wt == tid and we == epoch and self.same_lanes(wop, op, s)):
                 self.race("write-write" if write else "write-read", s, wop, op)
             if write:
                 for rt, re_, rop in reads:
-                    if rop is not op and k[rt] < re_:
+                    if rop is not op and k[rt] < re_ and not (rt == tid and re_ == epoch
+                                                              and self.same_lanes(rop, op, s)):
                         self.race("read-write", s, rop, op)
                 a[0], a[1], a[2], a[3] = tid, epoch, op, []
             else:
                 reads.append((tid, epoch, op))
+
+    def same_lanes(self, first: PlanOp, then: PlanOp, slot: Slot) -> bool:
+        """Whether two ops of one thread block, with no barrier between them, touch ``slot`` by the same thread
+        (module docstring): both packet ops run by the block, over one plain range holding it, one tbg part."""
+        if first.name not in LANE_OPS or then.name not in LANE_OPS or first.tbg != then.tbg:
+            return False
+        if "port" in (first.channel_type, then.channel_type):
+            return False
+
+        def ranges(op: PlanOp) -> set[Ref]:
+            e = effect_of(op)
+            return {r for r in (*e.reads(), *e.writes()) if r.space in _PLAIN and r.rank == op.gpu
+                    and slot in self.slots(r, op, "src_buff")}
+
+        return bool(ranges(first) & ranges(then))
 
     def early(self, op: PlanOp, refs: list[Ref], started: int, verb: str) -> None:
         """A plain access to another GPU's memory must come after that GPU is known to have started the run
@@ -268,6 +322,9 @@ class _Run:
         pslots = [s for r in effect.packet_reads for s in self.slots(r, op, "src_buff")]
         for s in pslots:
             if s not in self.packets:
+                if s in self.harness:  # a test plan's packet its harness provides (module docstring)
+                    self.packets[s] = Know(self.zero, 0, 0)
+                    continue
                 self.block_on(b, ("pkt", s))
                 return False
         if op.name in PROXY_OPS and op.channel_type == "port":
@@ -295,6 +352,7 @@ class _Run:
             know = know.join(self.packets[s])
         assert b.fenced.vc is not None
         after = self.apply(op, effect, b.tid, int(b.fenced.vc[b.tid]) + 1, know)
+        b.dirty = True
         b.grp_end = max(b.grp_end, after.lvl)
         if pslots:
             b.grp = know if b.grp is None else b.grp.join(know)
@@ -428,7 +486,7 @@ class _Run:
                                  "the next run's wait returns early)", (op.where,)))
         for s, op in self.packet_writer.items():
             if s not in self.packet_read:
-                self.problems.append(Problem("unmatched", f"unmatched: {_what(op)} writes a packet in "
+                self.problems.append(Problem("dead_packet", f"{_what(op)} writes a packet in "
                                              f"{self.layout.describe(*s)}, which no op reads", (op.where,)))
                 break
         for (gpu, sid), (init, sq) in self.sems.items():
