@@ -18,23 +18,27 @@ from algorithms.errors import RegistryError
 from algorithms.ir import ROOTED_KINDS, Kind, Schedule
 from algorithms.registry import CHUNKS, Parameter, register
 
-__all__ = ["TOPOLOGY", "build", "build_alltoall"]
+__all__ = ["SYNTH_CHUNKS", "TOPOLOGY", "build", "build_alltoall"]
 
 TOPOLOGY = Parameter("topology", "", "topology SPEC the schedule is packed onto (default: one switch)")
+SYNTH_CHUNKS = Parameter("chunks", 0, "chunks per root's piece; 0 (the default): chosen by the world size, as "
+                         "`collsched synthesize` chooses them (sim.bounds.packing.default_chunks), which lets the "
+                         "optimal packing serve all-gather and reduce-scatter", minimum=0)
 SOURCE = "collsched sim.bounds.packing: spanning-tree packing after ForestColl (arXiv 2402.06787), greedy, pipelined"
 FLOW_SOURCE = ("collsched sim.bounds.flows: max-concurrent-flow LP (Shahrokhi & Matula 1990) routes and rates, "
                "decomposed into paths, pipelined")
 
 
-def build(kind: Kind, ranks: int, *, chunks: int = 1, root: int | None = None, topology: str = "") -> Schedule:
-    """``sim.bounds.packing.synthesize`` on the named topology, which must have ``ranks`` ranks."""
+def build(kind: Kind, ranks: int, *, chunks: int = 0, root: int | None = None, topology: str = "") -> Schedule:
+    """``sim.bounds.packing.synthesize`` on the named topology, which must have ``ranks`` ranks; ``chunks`` 0:
+    the synthesizer's own choice, as ``collsched synthesize`` makes it without ``--chunks``."""
     from sim.bounds.packing import synthesize
     from sim.topology import from_spec, single_switch
 
     topo = from_spec(topology) if topology else single_switch(ranks)
     if topo.ranks != ranks:
         raise RegistryError(f"{kind}/synth: topology {topology!r} has {topo.ranks} ranks, not {ranks}")
-    return synthesize(kind, topo, root=root if kind in ROOTED_KINDS else None, chunks=chunks)
+    return synthesize(kind, topo, root=root if kind in ROOTED_KINDS else None, chunks=chunks or None)
 
 
 def build_alltoall(kind: Kind, ranks: int, *, chunks: int = 1, matrix: object = None, topology: str = "") -> Schedule:
@@ -71,9 +75,9 @@ def _check(ranks: int, params: Mapping[str, Any]) -> str | None:
 
 
 def _register(kind: Kind) -> None:
-    @register(kind, "synth", source=SOURCE, parameters=(CHUNKS, TOPOLOGY), listed=False, check=_check,
+    @register(kind, "synth", source=SOURCE, parameters=(SYNTH_CHUNKS, TOPOLOGY), listed=False, check=_check,
               constraints=("topology (if given) has exactly p ranks",))
-    def _synth(ranks: int, *, chunks: int = 1, root: int | None = None, topology: str = "") -> Schedule:
+    def _synth(ranks: int, *, chunks: int = 0, root: int | None = None, topology: str = "") -> Schedule:
         return build(kind, ranks, chunks=chunks, root=root, topology=topology)
 
 
