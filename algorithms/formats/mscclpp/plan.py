@@ -125,9 +125,12 @@ class ExecutionPlan:
 
 
 def _field(obj: Any, key: str, where: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-    if obj.__class__ is dict:  # the common case first: a present value of the right plain type
+    if obj.__class__ is dict:  # the common cases first: an absent optional field, a value of the right plain type
         got = obj.get(key, _MISSING)
-        if got.__class__ is kind and (kind is not int or _nonnegative(got)):
+        if got is _MISSING:
+            if default is not ...:
+                return default
+        elif got.__class__ is kind and (kind is not int or _nonnegative(got)):
             return got
     if not isinstance(obj, dict):
         raise ScheduleError(f"{where}: expected a JSON object, got {type(obj).__name__}")
