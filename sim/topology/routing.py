@@ -263,6 +263,13 @@ def _torus(topology: Topology) -> _Torus | None:
     return found
 
 
+def _node_order(cand: np.ndarray) -> np.ndarray:
+    """The columns of each row of candidate nodes in node order (the missing ones, int64's largest, last)."""
+    import numpy as np
+
+    return np.argsort(cand, axis=1)
+
+
 def torus_route_links(topology: Topology, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], RouteLinks] | None:
     """``topology.route_links`` of every pair, walked for all pairs at once, when ``topology`` is a plain torus
     (``_torus``); None otherwise (route them one destination's tree at a time). Explicit routes are the caller's.
@@ -317,7 +324,7 @@ def torus_route_links(topology: Topology, pairs: Sequence[tuple[int, int]]) -> d
         many = k > 1
         pick = np.where(many, d % np.maximum(k, 1), 0)
         digits[live] = np.where(many, d // np.maximum(k, 1), d)
-        col = np.argsort(cand, axis=1)[np.arange(len(live)), pick]  # the pick-th candidate in node order
+        col = _node_order(cand)[np.arange(len(live)), pick]  # the pick-th candidate in node order
         row = np.arange(len(live))
         at[live] = cand[row, col]
         path[live, hops[live]] = links[row, col]
