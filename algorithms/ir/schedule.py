@@ -64,7 +64,8 @@ class Schedule:
     Immutable, compared and hashed by value.
     """
 
-    __slots__ = ("_columns", "_steps", "collective", "name", "num_transfers", "scratch_chunks", "switch_ops")
+    __slots__ = ("_columns", "_steps", "channels", "collective", "name", "num_transfers", "scratch_chunks",
+                 "switch_ops")
 
     collective: Collective
     name: str
@@ -72,21 +73,28 @@ class Schedule:
     num_transfers: int
     switch_ops: tuple[SwitchOp, ...]
     """Operations a switch performs (multicast, in-switch reduction), by step, in program order (``SwitchOp``)."""
+    channels: np.ndarray | None
+    """Per transfer (program order), the channel that issues it: a thread block, an NCCL or MSCCL channel (a
+    read-only int32 array of numbers >= 0), or None. Dataflow's send order queues a port's messages per channel
+    when given (``sim.engine.ports``); verification ignores it."""
     _columns: Columns
     _steps: tuple[Step, ...] | None
 
     def __init__(self, collective: Collective, name: str, steps: Iterable[Step | Iterable[Transfer]] = (),
-                 scratch_chunks: int = 0, *, switch_ops: Iterable[SwitchOp] = ()) -> None:
+                 scratch_chunks: int = 0, *, switch_ops: Iterable[SwitchOp] = (),
+                 channels: Iterable[int] | np.ndarray | None = None) -> None:
         _check_header(collective, name, scratch_chunks)
         given = tuple(s if isinstance(s, Step) else Step(tuple(s)) for s in steps)
         columns = _columns_of(given)
         self._init(collective, name, scratch_chunks, columns, given)
         checked = _check_switch_ops(collective, scratch_chunks, self.num_steps, switch_ops)
         object.__setattr__(self, "switch_ops", checked)
+        object.__setattr__(self, "channels", _check_channels(channels, self.num_transfers))
 
     @classmethod
     def from_columns(cls, collective: Collective, name: str, columns: Columns | Mapping[str, Any],
-                     scratch_chunks: int = 0, *, switch_ops: Iterable[SwitchOp] = ()) -> Schedule:
+                     scratch_chunks: int = 0, *, switch_ops: Iterable[SwitchOp] = (),
+                     channels: Iterable[int] | np.ndarray | None = None) -> Schedule:
         """A schedule from arrays with the fields of ``Columns`` (any integer dtype; codes as in ``Columns``)."""
         _check_header(collective, name, scratch_chunks)
         get = columns._asdict() if isinstance(columns, Columns) else dict(columns)
@@ -123,6 +131,7 @@ class Schedule:
         self._init(collective, name, scratch_chunks, Columns(**arrays), None)
         checked = _check_switch_ops(collective, scratch_chunks, self.num_steps, switch_ops)
         object.__setattr__(self, "switch_ops", checked)
+        object.__setattr__(self, "channels", _check_channels(channels, self.num_transfers))
         return self
 
     def _init(self, collective: Collective, name: str, scratch_chunks: int, columns: Columns | None,
@@ -152,7 +161,8 @@ class Schedule:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (self.collective, self.name, self.scratch_chunks, tuple(self._columns), self.switch_ops))
+        return (_restore, (self.collective, self.name, self.scratch_chunks, tuple(self._columns), self.switch_ops,
+                           self.channels))
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not Schedule:
@@ -160,10 +170,12 @@ class Schedule:
         assert isinstance(other, Schedule)
         return (self.collective == other.collective and self.name == other.name
                 and self.scratch_chunks == other.scratch_chunks and self.switch_ops == other.switch_ops
+                and _same_channels(self.channels, other.channels)
                 and all(np.array_equal(a, b) for a, b in zip(self._columns, other._columns, strict=True)))
 
     def __hash__(self) -> int:
         return hash((self.collective, self.name, self.scratch_chunks, self.switch_ops,
+                     None if self.channels is None else self.channels.tobytes(),
                      *(a.tobytes() for a in self._columns)))
 
     def __repr__(self) -> str:
@@ -216,8 +228,34 @@ class Schedule:
 
 
 def _restore(collective: Collective, name: str, scratch_chunks: int, arrays: tuple[np.ndarray, ...],
-             switch_ops: tuple[SwitchOp, ...] = ()) -> Schedule:
-    return Schedule.from_columns(collective, name, Columns(*arrays), scratch_chunks, switch_ops=switch_ops)
+             switch_ops: tuple[SwitchOp, ...] = (), channels: np.ndarray | None = None) -> Schedule:
+    return Schedule.from_columns(collective, name, Columns(*arrays), scratch_chunks, switch_ops=switch_ops,
+                                 channels=channels)
+
+
+def _check_channels(channels: Iterable[int] | np.ndarray | None, n: int) -> np.ndarray | None:
+    """``Schedule.channels`` checked: one integer >= 0 per transfer."""
+    if channels is None:
+        return None
+    a = np.asarray(channels if isinstance(channels, np.ndarray) else list(channels))
+    if not a.size:
+        a = a.astype(np.int64)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ScheduleError(f"schedule.channels must be a 1-d array of integers, got {a.dtype} {a.shape}")
+    if len(a) != n:
+        raise ScheduleError(f"schedule.channels has {len(a)} entries, the schedule {n} transfers")
+    bad = np.flatnonzero((a < 0) | (a > np.iinfo(np.int32).max))
+    if len(bad):
+        raise ScheduleError(f"schedule.channels[{int(bad[0])}] is {int(a[bad[0]])}: a channel is 0..2**31-1")
+    out = np.ascontiguousarray(a, dtype=np.int32)
+    out.flags.writeable = False
+    return out
+
+
+def _same_channels(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return np.array_equal(a, b)
 
 
 def _where(offsets: np.ndarray, i: int) -> tuple[int, int]:

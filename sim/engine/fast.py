@@ -730,18 +730,20 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None,
 
 
 def run_fast(schedule: Schedule, topology: Topology, size: float, options: EngineOptions, chunk: float,
-             closed_form: bool = True, queued: np.ndarray | None = None) -> dict[str, Any]:
+             closed_form: bool = True, queued: np.ndarray | None = None,
+             channels: np.ndarray | None = None) -> dict[str, Any]:
     """Time ``schedule`` with ``options`` on ``topology`` (its link faults already applied; the stragglers are
     ``options.faults``'): the per-transfer arrays and link busy times.
 
     The closed form when no flow ever shares a link (``closed_form=False``: never), else the event loop.
-    ``queued``: the transfers dataflow's send order queues (``sim.engine.ports``; None: every remote one).
+    ``queued``: the transfers dataflow's send order queues (``sim.engine.ports``; None: every remote one);
+    ``channels``: each transfer's channel there (None: ``schedule.channels``).
     """
     from sim import progress as prog
 
     plan = _Plan(schedule, topology, options, chunk)
     mode = options.mode
-    queues = ports(schedule, topology, queued) if mode == "dataflow" and options.in_flight else None
+    queues = ports(schedule, topology, queued, channels) if mode == "dataflow" and options.in_flight else None
     show = options.progress and plan.n >= 20000
     with prog.bar(plan.n, unit="transfer", desc=schedule.name, enabled=show) as bar:
         got = None

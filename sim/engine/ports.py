@@ -25,6 +25,13 @@ queues off: every transfer starts when its dependencies have ended and a rank's 
 the engine's behaviour before the queues. Local transfers (``src == dst``) use no port and are never queued.
 Lockstep mode runs one step at a time everywhere and has no queues.
 
+*Channels* (``Schedule.channels``: an MSCCL++ plan's thread blocks, an NCCL or MSCCL channel): when a schedule
+gives each transfer the channel that issues it, a message is one channel's transfers of one step from one rank
+to one rank, and each port keeps one queue per channel, with the three rules above on each: channels run
+concurrently and share the port's bandwidth, each in its own order. A plan's channels number its GPUs' thread
+blocks apart, so two thread blocks never share a queue, at the sender or at the receiver. Without channels,
+every transfer is on one channel: the queues above, unchanged.
+
 ``Ports`` is the queues' structure, computed once from the schedule and the routes; ``SendOrder`` is their
 state during a run of the simpy engine (``sim.engine.reference``), one Python call per event; ``PortArrays``
 is the same state on numpy arrays for ``sim.engine.fast``'s event loop, and ``sim.engine.fast``'s closed form
@@ -93,7 +100,8 @@ class Ports:
         return len(self.msg_step)
 
 
-def _side(m_link: np.ndarray, m_step: np.ndarray) -> Side:
+def _side(m_link: np.ndarray, m_step: np.ndarray, per: int = 1) -> Side:
+    """The queues of messages on ports ``m_link`` (link id x ``per`` + channel: one queue per link and channel)."""
     nm = len(m_link)
     # Messages are numbered step-major, so a stable sort by link keeps each port's steps (and a step's messages)
     # in order.
@@ -108,12 +116,15 @@ def _side(m_link: np.ndarray, m_step: np.ndarray) -> Side:
     new_port = np.r_[True, b_link[1:] != b_link[:-1]] if len(b_link) else np.zeros(0, dtype=bool)
     batch_port = (np.cumsum(new_port) - 1).astype(np.int64)
     port_ptr = np.r_[np.flatnonzero(new_port), len(b_link)].astype(np.int64)
-    return Side(batch, batch_ptr, order.astype(np.int64), batch_port, port_ptr, b_link[port_ptr[:-1]])
+    return Side(batch, batch_ptr, order.astype(np.int64), batch_port, port_ptr, b_link[port_ptr[:-1]] // per)
 
 
-def ports(schedule: Schedule, topology: Topology, queued: np.ndarray | None = None) -> Ports:
+def ports(schedule: Schedule, topology: Topology, queued: np.ndarray | None = None,
+          channels: np.ndarray | None = None) -> Ports:
     """The queues of ``schedule`` on ``topology`` (its faults applied: a rerouted message may use other
-    ports). ``queued``: a mask of the transfers to queue (None: every remote one)."""
+    ports). ``queued``: a mask of the transfers to queue (None: every remote one). ``channels``: per transfer,
+    the channel that issues it (None: ``schedule.channels``); with channels, a message is one channel's, and
+    each port has one queue per channel (module docstring)."""
     cols = schedule.columns()
     n = len(cols.src)
     src = cols.src.astype(np.int64)
@@ -128,19 +139,30 @@ def ports(schedule: Schedule, topology: Topology, queued: np.ndarray | None = No
     routes = topology.route_links_many(keys)
     first = np.array([routes[k][0][0] for k in keys], dtype=np.int64)
     last = np.array([routes[k][0][-1] for k in keys], dtype=np.int64)
-    # Messages: the remote transfers of one step from one rank to one rank.
-    mkeys, m_inv = np.unique(step_of[remote] * (p * p) + pair, return_inverse=True)
+    if channels is None:
+        channels = schedule.channels
+    if channels is None:
+        per, chan = 1, np.zeros(len(remote), dtype=np.int64)
+    else:
+        if len(channels) != n:
+            raise ValueError(f"channels: {len(channels)} entries for {n} transfers")
+        _ids, chan = np.unique(np.asarray(channels, dtype=np.int64)[remote], return_inverse=True)
+        chan = chan.reshape(-1)
+        per = max(1, len(_ids))
+    # Messages: the remote transfers of one step from one rank to one rank (on one channel).
+    mkeys, m_inv = np.unique((step_of[remote] * (p * p) + pair) * per + chan, return_inverse=True)
     m_inv = m_inv.reshape(-1)
     nm = len(mkeys)
     msg_of[remote] = m_inv
     m_pair = np.zeros(nm, dtype=np.int64)
     m_pair[m_inv] = pair_inv.reshape(-1)
-    m_step = mkeys // (p * p)
+    m_step = mkeys // (p * p * per)
+    m_chan = mkeys % per
     msg_ptr = np.zeros(nm + 1, dtype=np.int64)
     np.cumsum(np.bincount(m_inv, minlength=nm), out=msg_ptr[1:])
     msg_transfers = remote[np.argsort(m_inv, kind="stable")]
-    return Ports(msg_of, msg_ptr, msg_transfers, m_step, _side(first[m_pair], m_step),
-                 _side(last[m_pair], m_step))
+    return Ports(msg_of, msg_ptr, msg_transfers, m_step, _side(first[m_pair] * per + m_chan, m_step, per),
+                 _side(last[m_pair] * per + m_chan, m_step, per))
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -164,9 +164,10 @@ def simulate(schedule: Schedule, topology: Topology, size: float, options: Engin
 
 
 def _simulate(schedule: Schedule, topology: Topology, size: float, options: EngineOptions,
-              queued: np.ndarray | None) -> SimResult:
+              queued: np.ndarray | None, channels: np.ndarray | None = None) -> SimResult:
     """``simulate``; ``queued``: the transfers dataflow's send order queues (None: every remote one), so that a
-    lowered switch operation's legs and gates, which no rank posts, stay out of the ranks' queues."""
+    lowered switch operation's legs and gates, which no rank posts, stay out of the ranks' queues;
+    ``channels``: each transfer's channel in the send order (None: ``schedule.channels``)."""
     if isinstance(size, bool) or not isinstance(size, int | float) or not 0 <= size < math.inf:
         raise SimulationError(f"size must be a finite number of bytes >= 0, got {size!r}")
     if topology.ranks != schedule.ranks:
@@ -188,14 +189,19 @@ def _simulate(schedule: Schedule, topology: Topology, size: float, options: Engi
             per_byte = chunk_bytes(low.schedule.collective, 1.0)
             real = np.zeros(low.schedule.num_transfers, dtype=bool)
             real[low.transfers] = True
+            low_channels = None
+            if schedule.channels is not None:  # the real transfers keep theirs; legs and gates are not queued
+                low_channels = np.zeros(low.schedule.num_transfers, dtype=np.int64)
+                low_channels[low.transfers] = schedule.channels
             got = _simulate(low.schedule, low.topology, chunk / per_byte if per_byte else 0.0,
-                            options.replace(faults=Faults(stragglers=faults.stragglers), launch=0.0), real)
+                            options.replace(faults=Faults(stragglers=faults.stragglers), launch=0.0), real,
+                            low_channels)
             result = lift(got, low, schedule, topology, float(size), chunk)
         elif options.engine == "fast" or (options.engine == "auto" and not options.message_cpu):
             result = _fast(schedule, topology, float(size), options, strict=options.engine == "auto",
-                           queued=queued)
+                           queued=queued, channels=channels)
         if result is None:
-            result = _Run(schedule, topology, float(size), options, queued).go()
+            result = _Run(schedule, topology, float(size), options, queued, channels).go()
         return _delayed(result, options.launch) if options.launch else result
     finally:
         if was_enabled:
@@ -203,7 +209,7 @@ def _simulate(schedule: Schedule, topology: Topology, size: float, options: Engi
 
 
 def _fast(schedule: Schedule, topology: Topology, size: float, options: EngineOptions,
-          strict: bool, queued: np.ndarray | None = None) -> SimResult | None:
+          strict: bool, queued: np.ndarray | None = None, channels: np.ndarray | None = None) -> SimResult | None:
     """The run on ``sim.engine.fast``; None when ``strict`` and the schedule races (simpy's event order decides)."""
     from sim.engine.fast import run_fast
     from sim.verify import fast as fastverify
@@ -217,7 +223,7 @@ def _fast(schedule: Schedule, topology: Topology, size: float, options: EngineOp
     bad.extend(fastverify.check(schedule, state))
     del state
     chunk = chunk_bytes(schedule.collective, size)
-    got = run_fast(schedule, topology, size, options, chunk, queued=queued)
+    got = run_fast(schedule, topology, size, options, chunk, queued=queued, channels=channels)
 
     def frozen(a: np.ndarray) -> np.ndarray:
         a.flags.writeable = False
@@ -253,7 +259,7 @@ class _Run:
     """
 
     def __init__(self, schedule: Schedule, topology: Topology, size: float, options: EngineOptions,
-                 queued: np.ndarray | None = None) -> None:
+                 queued: np.ndarray | None = None, channels: np.ndarray | None = None) -> None:
         import simpy
         import simpy.events
 
@@ -354,7 +360,7 @@ class _Run:
             if options.in_flight:
                 from sim.engine.ports import SendOrder, ports
 
-                self.order = SendOrder(ports(schedule, topology, queued), options.in_flight)
+                self.order = SendOrder(ports(schedule, topology, queued, channels), options.in_flight)
 
     def _where(self, t: int) -> tuple[int, int]:
         si = bisect_right(self.step_first, t) - 1

@@ -7,7 +7,9 @@ The reader takes every op of the executor's parser that moves, reduces or synchr
 (``replay``): every data op comes at its level, one after everything that happens before it, and the
 levels are the schedule's steps (an op that reduces into another slot and sends the sum takes one step a
 phase). In-place collectives get the local copies that join them to collsched's out-of-place ones, in
-the first or last step when nothing there touches their slots, else in a step of their own.
+the first or last step when nothing there touches their slots, else in a step of their own. Each transfer's
+channel (``Schedule.channels``) is the thread block that issues it, numbered GPU by GPU: the simulator's send
+order then runs thread blocks concurrently, each in its own order, as the executor does.
 
 ``from_plan`` refuses a plan whose synchronisation is wrong (a deadlock, a race, a signal no wait meets):
 such a plan has no one meaning. ``read_plan`` returns the schedule with the problems and, for every
@@ -94,17 +96,23 @@ def _switch(op: Any, level: int, sources: list[tuple[int, Buf, int]], targets: l
 
 def _assemble(plan: ExecutionPlan, layout: Layout, events: list[Event], name: str | None
               ) -> tuple[Schedule, tuple[tuple[str, ...], ...], tuple[str, ...]]:
-    levels: dict[int, list[tuple[Transfer, str]]] = {}
+    levels: dict[int, list[tuple[Transfer, str, int]]] = {}
     switch: dict[int, list[tuple[SwitchOp, str]]] = {}
+    # Each thread block is a channel of its own (the executor runs them concurrently, each in its op order):
+    # numbered GPU by GPU, so no two GPUs' thread blocks share one.
+    first_tb = [0]
+    for gpu in plan.gpus:
+        first_tb.append(first_tb[-1] + len(gpu.threadblocks))
     for ev in events:
         op = ev.op
+        channel = first_tb[op.gpu] + op.tb
         for m in ev.effect.moves:
             sb, si, n = layout.slots(m.src.rank, m.src.space, m.src.index, m.src.size, op.tbg, f"{op.where} src_buff")
             db, di, _ = layout.slots(m.dst.rank, m.dst.space, m.dst.index, m.dst.size, op.tbg, f"{op.where} dst_buff")
             if m.op is Op.COPY and (m.src.rank, sb, si) == (m.dst.rank, db, di):
                 continue  # a copy onto itself (an in-place alias): nothing moves
             levels.setdefault(ev.level + m.phase, []).append(
-                (Transfer(m.src.rank, m.dst.rank, sb, si, db, di, n, m.op), op.where))
+                (Transfer(m.src.rank, m.dst.rank, sb, si, db, di, n, m.op), op.where, channel))
         for sm in ev.effect.switch:
             ends = [[layout.slots(r.rank, r.space, r.index, r.size, op.tbg, f"{op.where} {side}")
                      for r in refs] for side, refs in (("src_buff", sm.sources), ("dst_buff", sm.targets))]
@@ -117,18 +125,19 @@ def _assemble(plan: ExecutionPlan, layout: Layout, events: list[Event], name: st
     first, last = (used[0], used[-1]) if used else (1, 1)
 
     def plain(level: int) -> tuple[list[Transfer], list[SwitchOp]]:
-        return [t for t, _ in levels.get(level, [])], [o for o, _ in switch.get(level, [])]
+        return [t for t, _, _ in levels.get(level, [])], [o for o, _ in switch.get(level, [])]
 
     if layout.prelude:
         at = first if used and _mergeable(*plain(first), layout.prelude, True) else first - 1
-        levels.setdefault(at, []).extend((t, "") for t in layout.prelude)
+        levels.setdefault(at, []).extend((t, "", 0) for t in layout.prelude)  # local: no queue, any channel
     if layout.postlude:
         at = last if used and _mergeable(*plain(last), layout.postlude, False) else last + 1
-        levels.setdefault(at, []).extend((t, "") for t in layout.postlude)
+        levels.setdefault(at, []).extend((t, "", 0) for t in layout.postlude)
     order = sorted(set(levels) | set(switch))
     number = {lv: k for k, lv in enumerate(order)}
-    steps = [[t for t, _ in levels.get(lv, [])] for lv in order]
-    origin = tuple(tuple(w for _, w in levels.get(lv, [])) for lv in order)
+    steps = [[t for t, _, _ in levels.get(lv, [])] for lv in order]
+    origin = tuple(tuple(w for _, w, _ in levels.get(lv, [])) for lv in order)
+    channels = [c for lv in order for _, _, c in levels.get(lv, [])]
     ops: list[SwitchOp] = []
     sorigin: list[str] = []
     for lv in order:
@@ -136,7 +145,8 @@ def _assemble(plan: ExecutionPlan, layout: Layout, events: list[Event], name: st
             ops.append(SwitchOp(o.op, o.switch, o.sources, o.targets, o.count, number[lv]))
             sorigin.append(w)
     try:
-        schedule = Schedule(layout.collective, name or layout.name, steps, layout.scratch, switch_ops=ops)
+        schedule = Schedule(layout.collective, name or layout.name, steps, layout.scratch, switch_ops=ops,
+                            channels=channels)
     except ScheduleError as e:
         raise ScheduleError(f"plan: {e}") from None
     return schedule, origin, tuple(sorigin)
