@@ -199,7 +199,7 @@ def test_channels_are_checked_and_part_of_the_value() -> None:
     with pytest.raises(ScheduleError, match=r"channels\[1\] is -1"):
         Schedule.from_columns(s.collective, s.name, s.columns(), channels=[0, -1] + [0] * (n - 2))
     with pytest.raises(ScheduleError, match="integers"):
-        Schedule(s.collective, s.name, s.steps, channels=[0.5] * n)
+        Schedule(s.collective, s.name, s.steps, channels=np.full(n, 0.5))
     a = Schedule(s.collective, s.name, s.steps, channels=range(n))
     assert a.channels is not None and not a.channels.flags.writeable
     assert a != s and a == Schedule(s.collective, s.name, s.steps, channels=list(range(n)))
