@@ -141,22 +141,22 @@ def ports(schedule: Schedule, topology: Topology, queued: np.ndarray | None = No
     last = np.array([routes[k][0][-1] for k in keys], dtype=np.int64)
     if channels is None:
         channels = schedule.channels
+    # Messages: the remote transfers of one step from one rank to one rank (on one channel), numbered step-major.
     if channels is None:
-        per, chan = 1, np.zeros(len(remote), dtype=np.int64)
+        per, key, across = 1, step_of[remote] * (p * p) + pair, p * p
     else:
         if len(channels) != n:
             raise ValueError(f"channels: {len(channels)} entries for {n} transfers")
-        _ids, chan = np.unique(np.asarray(channels, dtype=np.int64)[remote], return_inverse=True)
-        chan = chan.reshape(-1)
-        per = max(1, len(_ids))
-    # Messages: the remote transfers of one step from one rank to one rank (on one channel).
-    mkeys, m_inv = np.unique((step_of[remote] * (p * p) + pair) * per + chan, return_inverse=True)
+        ids, chan = np.unique(np.asarray(channels, dtype=np.int64)[remote], return_inverse=True)
+        per, across = max(1, len(ids)), len(pairs) * max(1, len(ids))  # dense: no overflow
+        key = (step_of[remote] * len(pairs) + pair_inv.reshape(-1)) * per + chan.reshape(-1)
+    mkeys, m_inv = np.unique(key, return_inverse=True)
     m_inv = m_inv.reshape(-1)
     nm = len(mkeys)
     msg_of[remote] = m_inv
     m_pair = np.zeros(nm, dtype=np.int64)
     m_pair[m_inv] = pair_inv.reshape(-1)
-    m_step = mkeys // (p * p * per)
+    m_step = mkeys // across
     m_chan = mkeys % per
     msg_ptr = np.zeros(nm + 1, dtype=np.int64)
     np.cumsum(np.bincount(m_inv, minlength=nm), out=msg_ptr[1:])
