@@ -58,7 +58,8 @@ FEW = 16
 @dataclass(frozen=True, eq=False)
 class Side:
     """One side of the queues (send ports or receive ports), as int64 arrays: batches numbered port by port in
-    step order, so a port's batches are a contiguous range."""
+    step order, so a port's batches are a contiguous range. With channels a port is a (link, channel): one
+    queue each."""
 
     batch: np.ndarray
     """Per message: its batch on this side."""
@@ -70,7 +71,7 @@ class Side:
     port_ptr: np.ndarray
     """CSR: port q's batches are ``port_ptr[q]:port_ptr[q + 1]``."""
     port_link: np.ndarray
-    """Per port: the topology's link id."""
+    """Per port: the topology's link id (several ports share one with channels)."""
 
     @property
     def batches(self) -> int:
@@ -84,7 +85,7 @@ class Side:
 @dataclass(frozen=True, eq=False)
 class Ports:
     """The queues of one schedule on one topology (module docstring). Messages are numbered by step, source,
-    destination; a message's transfers are in program order."""
+    destination (and channel, with channels); a message's transfers are in program order."""
 
     msg_of: np.ndarray
     """Per transfer (program order): its message, or -1 for a local transfer (never queued)."""
