@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from sim.topology.errors import TopologyError
+from sim.topology.symmetry import DomainSymmetry, domain_symmetry
 
 __all__ = ["Link", "Node", "RouteLinks", "Topology", "TopologyError"]
 
@@ -71,6 +72,7 @@ class Topology:
     _cheapest: dict[tuple[str, Node], int] = field(init=False, repr=False)
     _routed: list[frozenset[int]] = field(init=False, repr=False)
     _pred_sorted: list[list[list[tuple[int, int, float]]]] = field(init=False, repr=False)
+    _symmetry: list[DomainSymmetry | None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         g = self.graph
@@ -104,6 +106,7 @@ class Topology:
         object.__setattr__(self, "_cheapest", {})
         object.__setattr__(self, "_routed", [])
         object.__setattr__(self, "_pred_sorted", [])
+        object.__setattr__(self, "_symmetry", [])
         for key in self.routes:
             if not (isinstance(key, tuple) and len(key) == 2):
                 raise TopologyError(f"route key {key!r}: expected a (src rank, dst rank) pair")
@@ -184,7 +187,8 @@ class Topology:
         return out
 
     def route_many(self, pairs: Iterable[tuple[int, int]]) -> dict[tuple[int, int], tuple[Node, ...]]:
-        """``route`` for many pairs at once, building each destination's tree only once."""
+        """``route`` for many pairs at once: on a cluster of permutable domains (``sim.topology.symmetry``) one
+        search per route shape, translated; else one search per destination, stopped at its sources."""
         out: dict[tuple[int, int], tuple[Node, ...]] = {}
         by_dst: dict[int, list[int]] = {}
         for src, dst in pairs:
@@ -194,6 +198,52 @@ class Topology:
                 self._check_rank(src)
                 self._check_rank(dst)
                 by_dst.setdefault(dst, []).append(src)
+        sym = self.symmetry()
+        if sym is not None and by_dst:
+            by_dst = self._route_by_shape(sym, by_dst, out)
+        for pair, (path, _only) in self._searched(by_dst).items():
+            out[pair] = path
+        return out
+
+    def symmetry(self) -> DomainSymmetry | None:
+        """The topology's domain symmetry (``sim.topology.symmetry.domain_symmetry``; cached)."""
+        if not self._symmetry:
+            self._symmetry.append(domain_symmetry(self))
+        return self._symmetry[0]
+
+    def _route_by_shape(self, sym: DomainSymmetry, by_dst: dict[int, list[int]],
+                        out: dict[tuple[int, int], tuple[Node, ...]]) -> dict[int, list[int]]:
+        """Route into ``out`` every pair whose shape's representative has one best route (``sim.topology.symmetry``):
+        (0, i) to (0, j) or (1, j), searched once, then relabelled; the pairs left over, by destination."""
+        size = sym.size
+        shapes: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for dst, srcs in by_dst.items():
+            for src in srcs:
+                shapes.setdefault((src % size, dst % size + (0 if src // size == dst // size else size)),
+                                  []).append((src, dst))
+        reps: dict[int, list[int]] = {}
+        for i, rdst in shapes:
+            reps.setdefault(rdst, []).append(i)
+        left: dict[int, list[int]] = {}
+        for (i, rdst), (path, only) in self._searched(reps).items():
+            allowed = (0, None) if rdst < size else (0, 1, None)
+            doms = [sym.domain(u) for u in path]
+            if not only or any(d not in allowed for d in doms):
+                for src, dst in shapes[(i, rdst)]:
+                    left.setdefault(dst, []).append(src)
+                continue
+            # The route as a template: a rank by (domain 0 or 1, GPU), a domain switch by its domain, else itself.
+            tpl = [(d, u % size if isinstance(u, int) else None, u) for u, d in zip(path, doms, strict=True)]
+            for src, dst in shapes[(i, rdst)]:
+                ends = (src // size, dst // size)
+                out[(src, dst)] = tuple(u if d is None else ends[d] * size + g if g is not None else f"node{ends[d]}"
+                                        for d, g, u in tpl)
+        return left
+
+    def _searched(self, by_dst: Mapping[int, Sequence[int]]) -> dict[tuple[int, int], tuple[tuple[Node, ...], bool]]:
+        """``route`` of every (src, dst) of ``by_dst`` (sources by destination), and whether it is the only best
+        route (no choice among equal next hops on the way)."""
+        out: dict[tuple[int, int], tuple[tuple[Node, ...], bool]] = {}
         nodes = self._nodes
         for dst, srcs in by_dst.items():
             best = self._best_nexts(dst, srcs)
@@ -201,11 +251,12 @@ class Topology:
                 if src not in best:
                     raise TopologyError(f"rank {src} cannot reach rank {dst}")
                 path: list[Node] = [src]
-                u, digits = src, dst
+                u, digits, only = src, dst, True
                 while u != dst:
+                    only = only and len(best[u]) == 1
                     u, digits = _next_hop(best[u], digits)
                     path.append(nodes[u])
-                out[(src, dst)] = tuple(path)
+                out[(src, dst)] = (tuple(path), only)
         return out
 
     def _best_nexts(self, dst: int, srcs: Sequence[int]) -> dict[int, list[int]]:

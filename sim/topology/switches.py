@@ -149,13 +149,7 @@ def resolve(topology: Topology, op: SwitchOp, *,
     g = topology.graph
     ranks = sorted(op.ranks())
     if op.switch in DOMAINS:
-        for n, caps in capable_switches(topology) if switches is None else switches:
-            if not caps.can(op.op) or op.switch not in ("any", caps.domain):
-                continue
-            if all(g.has_edge(r, n) and g.has_edge(n, r) for r in ranks):
-                return str(n), caps
-        raise TopologyError(f"{_label(op)}: no switch of topology {topology.name} in domain {op.switch!r} can "
-                            f"{op.op} and is linked to all of ranks {ranks[0]}..{ranks[-1]}")
+        return _in_domain(topology, op, _index(capable_switches(topology) if switches is None else switches))
     if op.switch not in g or not isinstance(op.switch, str):
         raise TopologyError(f"{_label(op)}: topology {topology.name} has no switch {op.switch!r}")
     named = capabilities(topology, op.switch)
@@ -167,17 +161,43 @@ def resolve(topology: Topology, op: SwitchOp, *,
     return op.switch, named
 
 
+def _index(switches: list[tuple[Node, SwitchCaps]]) -> dict[Node, tuple[int, SwitchCaps]]:
+    return {n: (k, c) for k, (n, c) in enumerate(switches)}
+
+
+def _in_domain(topology: Topology, op: SwitchOp, index: dict[Node, tuple[int, SwitchCaps]]) -> tuple[str, SwitchCaps]:
+    """``resolve`` of an op that names a domain: the first capable switch in node order that may serve the domain,
+    can do the op and is linked both ways to each of its ranks. Only the first rank's neighbours can be that
+    switch, so only they are tried (not each of a cluster's 2,048 NVSwitches per op)."""
+    g = topology.graph
+    ranks = sorted(op.ranks())
+    if not ranks:
+        near = list(index)
+    else:
+        near = [n for n in g.succ[ranks[0]] if n in index] if ranks[0] in g else []
+    for n in sorted(near, key=lambda n: index[n][0]):
+        caps = index[n][1]
+        if not caps.can(op.op) or op.switch not in ("any", caps.domain):
+            continue
+        if all(g.has_edge(r, n) and g.has_edge(n, r) for r in ranks):
+            return str(n), caps
+    raise TopologyError(f"{_label(op)}: no switch of topology {topology.name} in domain {op.switch!r} can "
+                        f"{op.op} and is linked to all of ranks {ranks[0]}..{ranks[-1]}")
+
+
 def check_schedule(schedule: Schedule, topology: Topology) -> list[tuple[str, SwitchCaps]]:
     """The resolved switch of every switch op of ``schedule`` (in order); ``TopologyError`` at the first bad one.
     Ops that name the same switch or domain for the same operation on the same ranks resolve once."""
     switches = capable_switches(topology)
+    index = _index(switches)
     seen: dict[tuple[str, SwitchOpKind, frozenset[int]], tuple[str, SwitchCaps]] = {}
     out = []
     for op in schedule.switch_ops:
         key = (op.switch, op.op, frozenset(op.ranks()))
         hit = seen.get(key)
         if hit is None:
-            hit = seen[key] = resolve(topology, op, switches=switches)
+            hit = seen[key] = (_in_domain(topology, op, index) if op.switch in DOMAINS
+                               else resolve(topology, op, switches=switches))
         out.append(hit)
     return out
 
