@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from algorithms import registry
 from algorithms.errors import ScheduleError
 from algorithms.formats.mscclpp import read_plan
-from algorithms.ir import Schedule
+from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
 from sim.engine import ports as ports_module
 from sim.engine.ports import ports
-from sim.engine.reference import SimResult, simulate
+from sim.engine.reference import SimResult, chunk_bytes, simulate
 from sim.topology import Topology, from_spec, single_switch
 from sim.topology.placement import place
 from sim.topology.strategies import topologies
@@ -169,6 +169,31 @@ def test_the_engines_agree_on_the_corpus_plans_with_their_thread_blocks(name: st
         fast = simulate(s, topo, 16 << 20, engine="fast", in_flight=n)
         assert fast.ok or s.name.startswith("custom:")
         assert same_times(fast, simulate(s, topo, 16 << 20, engine="simpy", in_flight=n))
+
+
+@pytest.mark.parametrize(("channels", "second"), [([0, 1, 1], 3e-4), (None, 3.5e-4)])
+def test_the_closed_form_queues_per_channel_too(channels: list[int] | None, second: float) -> None:
+    """Rank 0 sends a chunk (channel 0) and reduces another into scratch (channel 1, 3e-4 s at its reduction
+    rate), then sends that (channel 1): on its own channel the second send starts when the reduction ends, in
+    one queue when the first has landed (b/B + α = 3.5e-4 s). No two flows ever share the link, so the fast
+    engine times it step by step (``StepGates``), and simpy event by event, to the same hand times."""
+    from sim.engine.fast import run_fast
+    from sim.engine.options import EngineOptions
+
+    coll = Collective(Kind.ALLGATHER, 2, 2)
+    steps = [[Transfer(0, 1, Buf.INPUT, 0, Buf.OUTPUT, 0), Transfer(0, 0, Buf.INPUT, 1, Buf.SCRATCH, 0, 1, Op.REDUCE)],
+             [Transfer(0, 1, Buf.SCRATCH, 0, Buf.OUTPUT, 1)]]
+    s = Schedule(coll, "two_channels", steps, 1, channels=channels)
+    topo = from_spec("full:2", bandwidth=B, latency=ALPHA)
+    b = chunk_bytes(coll, 1e6)
+    assert b == 250_000.0
+    opts = EngineOptions(reduce_bandwidth=b / 3e-4)
+    got = run_fast(s, topo, 1e6, opts, b)
+    assert got["closed_form"]
+    want = [0.0, 0.0, second], [b / B + ALPHA, 3e-4, second + b / B + ALPHA]
+    for engine in ("fast", "simpy"):
+        r = simulate(s, topo, 1e6, opts, engine=engine)
+        assert np.allclose(r.start, want[0], rtol=1e-12, atol=0) and np.allclose(r.end, want[1], rtol=1e-12, atol=0)
 
 
 def test_thread_blocks_as_channels_shorten_a_plan_that_one_queue_serialises() -> None:
