@@ -112,6 +112,39 @@ def tree_chunk(protocol: str, size: float, nodes: int, ranks: int, channels: int
     return chunk
 
 
+NVLS_TREE_MAX_CHUNK = 64 * 1024
+"""NCCL's NVLSTree chunk cap from 4 nodes on (``NCCL_NVLSTREE_MAX_CHUNKSIZE`` default: 64 KiB when nNodes >= 4, else
+the NVLS chunk; src/enqueue.cc and src/transport/nvls.cc)."""
+NVLS_TREE_STAGE_TRANSFERS = 1 << 17
+"""At most about this many transfers in an ``nvls_tree`` schedule past ``STAGE_SEARCH_RANKS`` ranks (a stage moves
+about 4 per rank): the stage count NCCL's chunking gives is cut to what the engine simulates in seconds, since every
+stage is simulated transfer by transfer (fewer stages pipeline less: the run gets slower, never faster)."""
+
+
+def nvls_tree_chunk(size: float, nodes: int, concurrent_ops: int) -> int:
+    """Bytes of NCCL's NVLSTree chunk for an all-reduce of ``size`` bytes, as src/enqueue.cc (``calcCollChunking``,
+    ``NCCL_ALGO_NVLS_TREE``, 2.19-2.30) sets it: the NVLS chunk (128 KiB), at most ``NVLS_TREE_MAX_CHUNK`` from 4
+    nodes on, then cut to 256/128/64/32 KiB while ``size`` is under 32/16/4/1 x ``concurrent_ops`` (channels x NVLS
+    heads) x the chunk."""
+    chunk = NVLS_CHUNK if nodes < 4 else min(NVLS_CHUNK, NVLS_TREE_MAX_CHUNK)
+    for factor, cap in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if size < factor * concurrent_ops * chunk and chunk > cap:
+            chunk = cap
+    return chunk
+
+
+def nvls_tree_stages(size: float, nodes: int, channels: int, heads: int, ranks: int) -> int:
+    """``nvls_tree``'s pipeline stages for NCCL's chunking of an all-reduce of ``size`` bytes: NCCL's NVLSTree kernel
+    loops over each channel's share of the *whole* buffer, ``heads`` chunks (one per NVLS head, a node's GPU) an
+    iteration (src/enqueue.cc ``computeCollLastChunkInfo``: the loop's unit is ``nvls.nHeads x chunkCount``;
+    src/device/all_reduce.h ``runTreeSplit`` under NVLS_TREE), so an iteration of all ``channels`` moves
+    channels x heads x ``nvls_tree_chunk`` bytes and is a stage of the schedule (its g pieces of size / (g k)).
+    At most 64 (the pipeline is full), and at most what ``NVLS_TREE_STAGE_TRANSFERS`` allows."""
+    ops = max(1, channels * heads)
+    stages = math.ceil(size / (ops * nvls_tree_chunk(size, nodes, ops)))
+    return max(1, min(64, stages, NVLS_TREE_STAGE_TRANSFERS // (4 * ranks)))
+
+
 def _params(kind: Kind, name: str, topology: Topology, size: float, protocol: str = "Simple") -> dict[str, Any]:
     alg = registry.get(kind, name)
     known = {q.name for q in alg.parameters}
@@ -135,7 +168,10 @@ def _params(kind: Kind, name: str, topology: Topology, size: float, protocol: st
         chunk = tree_chunk(protocol, size, nodes, topology.ranks, model_channels(system))
         per_tree = size / (2 * int(out.get("channels", 1) or gpn))
         out["chunks"] = max(1, min(TREE_STAGES, math.ceil(per_tree / chunk)))
-    if "chunks" in known and name in ("nvls", "nvls_tree"):
+    if "chunks" in known and name == "nvls_tree" and system is not None and topology.ranks > STAGE_SEARCH_RANKS:
+        out["chunks"] = nvls_tree_stages(size, topology.ranks // gpn, system.arch.nvls_channels(gpn), gpn,
+                                         topology.ranks)
+    elif "chunks" in known and name in ("nvls", "nvls_tree"):
         # NVLS pipelines in chunks of 128 KiB (NCCL src/transport/nvls.cc, NCCL_NVLS_CHUNKSIZE): a stage per
         # 128 KiB of each rank's piece, at most 64 (the stages' count past which the pipeline is full).
         out["chunks"] = max(1, min(64, math.ceil(size / topology.ranks / NVLS_CHUNK)))
