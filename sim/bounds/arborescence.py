@@ -36,7 +36,7 @@ import numpy as np
 from algorithms.errors import CollschedError
 from sim.topology import Topology
 
-__all__ = ["Forest", "best_integer_packing", "fractional_packing", "integer_packing", "min_arborescence",
+__all__ = ["Forest", "Routes", "best_integer_packing", "fractional_packing", "integer_packing", "min_arborescence",
            "strongly_connected", "through_ranks"]
 
 GAP = 1e-6
@@ -114,6 +114,36 @@ def _find_cycle(parent: np.ndarray, root: int) -> np.ndarray | None:
     return None
 
 
+
+class Routes:
+    """Every ordered rank pair's route as link ids, padded into one array for vectorised pricing."""
+
+    def __init__(self, topology: Topology) -> None:
+        n = topology.ranks
+        self.n = n
+        self.nl = len(topology.links)
+        pairs = [(u, v) for u in range(n) for v in range(n) if u != v]
+        routes = topology.route_links_many(pairs)
+        width = max((len(routes[p][0]) for p in pairs), default=1)
+        pad = np.full((n * n, max(width, 1)), self.nl, dtype=np.int64)  # index nl: a free dummy link
+        for (u, v), (links, _lat) in routes.items():
+            pad[u * n + v, :len(links)] = links
+        self.pad = pad
+        self.inv_bw = np.array([1.0 / b for b in topology.link_bandwidths()] + [0.0])
+
+    def prices(self, y: np.ndarray) -> np.ndarray:
+        """N x N matrix: the price of a message u -> v, the sum of y[l]/bandwidth[l] along its route."""
+        w = np.append(y, 0.0) * self.inv_bw
+        c = w[self.pad].sum(axis=1).reshape(self.n, self.n)
+        np.fill_diagonal(c, np.inf)
+        return c
+
+    def load(self, pairs: np.ndarray) -> np.ndarray:
+        """Seconds per byte each link carries when every pair (u·N + v) sends one byte."""
+        counts = np.bincount(self.pad[pairs].ravel(), minlength=self.nl + 1).astype(float)
+        return (counts * self.inv_bw)[:self.nl]
+
+
 @dataclass(frozen=True)
 class Forest:
     """Trees of every root with their weights: ``trees[r]`` is a list of (parent array, weight).
@@ -185,10 +215,9 @@ def fractional_packing(topology: Topology, *, inward: bool, start: list[tuple[in
     (``inward``); ``start``: (root, parent) trees to seed the master with besides the stars."""
     from scipy.optimize import linprog
 
-    from sim.bounds.packing import _Routes
 
     n = topology.ranks
-    routes = _Routes(topology)
+    routes = Routes(topology)
     scale = float(routes.inv_bw[:-1].min()) if routes.nl else 1.0  # loads in units of the fastest link
     cols = _Columns(routes.nl)
 

@@ -68,6 +68,7 @@ import numpy as np
 
 from algorithms.errors import CollschedError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Step, Transfer
+from sim.bounds.arborescence import Routes as _Routes
 from sim.bounds.pacing import PIPELINE, children, edges_by_depth, heights
 from sim.bounds.pacing import emit_in as _paced_in
 from sim.bounds.pacing import emit_out as _paced_out
@@ -121,35 +122,6 @@ def default_chunks(kind: Kind | str, ranks: int) -> int:
     if kind in (Kind.BROADCAST, Kind.REDUCE):
         return 1024  # one root: cheap in transfers, and small chunks drain deep trees sooner
     return max(8, min(128, 2048 // max(ranks, 1)))
-
-
-class _Routes:
-    """Every ordered rank pair's route as link ids, padded into one array for vectorised pricing."""
-
-    def __init__(self, topology: Topology) -> None:
-        n = topology.ranks
-        self.n = n
-        self.nl = len(topology.links)
-        pairs = [(u, v) for u in range(n) for v in range(n) if u != v]
-        routes = topology.route_links_many(pairs)
-        width = max((len(routes[p][0]) for p in pairs), default=1)
-        pad = np.full((n * n, max(width, 1)), self.nl, dtype=np.int64)  # index nl: a free dummy link
-        for (u, v), (links, _lat) in routes.items():
-            pad[u * n + v, :len(links)] = links
-        self.pad = pad
-        self.inv_bw = np.array([1.0 / b for b in topology.link_bandwidths()] + [0.0])
-
-    def prices(self, y: np.ndarray) -> np.ndarray:
-        """N x N matrix: the price of a message u -> v, the sum of y[l]/bandwidth[l] along its route."""
-        w = np.append(y, 0.0) * self.inv_bw
-        c = w[self.pad].sum(axis=1).reshape(self.n, self.n)
-        np.fill_diagonal(c, np.inf)
-        return c
-
-    def load(self, pairs: np.ndarray) -> np.ndarray:
-        """Seconds per byte each link carries when every pair (u·N + v) sends one byte."""
-        counts = np.bincount(self.pad[pairs].ravel(), minlength=self.nl + 1).astype(float)
-        return (counts * self.inv_bw)[:self.nl]
 
 
 def _grow(price: np.ndarray, root: int, inward: bool) -> np.ndarray:

@@ -10,7 +10,10 @@ reaches everything:
 - ``sim.topology.builders``: ring, uring, full, switch, N-dimensional torus (per-dimension figures),
   fattree, cluster and dgx-h100;
 - ``sim.topology.files``: ``collsched.topology/1`` JSON and GraphML files;
-- ``sim.topology.routing``: explicit routes (``routed``: widest, neighbour, dimension order; ``ROUTINGS``).
+- ``sim.topology.routing``: explicit routes (``routed``: widest, neighbour, dimension order; ``ROUTINGS``);
+  ``sim.topology.torus_routes``: the default routes of many pairs on a plain torus in closed form, and
+  ``sim.topology.symmetry``: interchangeable NVLink domains, so that one route stands for its relabellings
+  (both used by ``Topology.route_links_many`` and ``route_many``).
 
 Rank placement (which node each rank runs on) is in ``sim.topology.placement``.
 

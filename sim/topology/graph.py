@@ -173,7 +173,7 @@ class Topology:
                 self._check_rank(src)
                 self._check_rank(dst)
                 by_dst.setdefault(dst, []).append(src)
-        from sim.topology.routing import torus_route_links  # closed form on a plain torus, else None
+        from sim.topology.torus_routes import torus_route_links  # closed form on a plain torus, else None
 
         walked = torus_route_links(self, [(s, d) for d, ss in by_dst.items() for s in ss]) if by_dst else None
         if walked is not None:

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sim.topology.graph import Node, Topology
+from typing import Any
 
 __all__ = ["DomainSymmetry", "domain_symmetry"]
+
+Node = int | str
+"""A rank or a switch, as ``sim.topology.graph.Node``."""
+
+Topology = Any
+"""A ``sim.topology.graph.Topology``, which imports this module (so it is not imported here)."""
 
 _DOMAIN_SWITCH = re.compile(r"node(\d+)")
 

@@ -13,8 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.topology import Topology, routing
+from sim.topology import Topology
+from sim.topology import torus_routes as routing
 from sim.topology.forms import from_spec
+from sim.topology.routing import dimension_order_routes
 
 
 def _pairs(t: Topology) -> list[tuple[int, int]]:
@@ -70,7 +72,7 @@ def test_a_degraded_or_missing_link_falls_back() -> None:
 
 def test_not_a_torus_and_explicit_routes() -> None:
     assert routing.torus_route_links(from_spec("ring:8"), [(0, 4)]) is None
-    routed = routing.dimension_order_routes(from_spec("torus:4x4"))  # same name, explicit routes win
+    routed = dimension_order_routes(from_spec("torus:4x4"))  # same name, explicit routes win
     want = _reference(routed)
     assert routed.route_links_many(_pairs(routed)) == want
 
