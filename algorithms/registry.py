@@ -185,18 +185,24 @@ class Algorithm:
             out[p.name] = value
         return out
 
-    def build(self, ranks: int, *, root: int | None = None, matrix: Any = None, **params: int | str) -> Schedule:
-        """Build the schedule for ``ranks`` ranks; rooted kinds default to root 0.
-
-        ``matrix`` (all-to-allv only) is the traffic matrix, p rows of p chunk counts; without it an
-        all-to-allv builder serves the uniform matrix of ``chunks`` a pair.
-        """
+    def _admitted(self, ranks: int, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` resolved (``resolve``) once ``ranks`` is a world size and the algorithm serves it with them
+        (``refusal``); a ``RegistryError`` saying why not otherwise."""
         if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
             raise RegistryError(f"ranks must be an integer >= 1, got {ranks!r}")
         resolved = self.resolve(params)
         refusal = self.refusal(ranks, params)
         if refusal is not None:
             raise RegistryError(refusal)
+        return resolved
+
+    def build(self, ranks: int, *, root: int | None = None, matrix: Any = None, **params: int | str) -> Schedule:
+        """Build the schedule for ``ranks`` ranks; rooted kinds default to root 0.
+
+        ``matrix`` (all-to-allv only) is the traffic matrix, p rows of p chunk counts; without it an
+        all-to-allv builder serves the uniform matrix of ``chunks`` a pair.
+        """
+        resolved = self._admitted(ranks, params)
         extra: dict[str, Any] = {}
         if self.kind is Kind.ALLTOALLV:
             if root is not None:
@@ -225,12 +231,7 @@ class Algorithm:
         or None where the algorithm gives none for these parameters. Nothing is built."""
         if self.symmetric is None:
             return None
-        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-            raise RegistryError(f"ranks must be an integer >= 1, got {ranks!r}")
-        resolved = self.resolve(params)
-        refusal = self.refusal(ranks, params)
-        if refusal is not None:
-            raise RegistryError(refusal)
+        resolved = self._admitted(ranks, params)
         try:
             return self.symmetric(ranks, **resolved)
         except CollschedError:

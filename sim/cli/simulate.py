@@ -150,12 +150,7 @@ def _by_symmetry(args: argparse.Namespace, topo: Any, size: float, opts: EngineO
         print(json.dumps({**result.to_dict(), "wall_s": wall, "peak_rss_MiB": peak_rss_mib(), "lockstep_s": None,
                           "modes_differ": False}))
         return True
-    print(f"{form.name} {form.collective.describe()} on {result.topology.describe()}, {result.mode}, "
-          f"{human_size(result.size)}")
-    algbw, busbw = gigabytes(result.algbw), gigabytes(result.busbw)
-    print(f"  time       {human_time(result.time)}")
-    print(f"  algbw      {algbw:.4f} GB/s" if algbw is not None else "  algbw      - (no time)")
-    print(f"  busbw      {busbw:.4f} GB/s" if busbw is not None else "  busbw      - (no time)")
+    _print_head(result, form.name, form.collective.describe())
     print(f"  transfers  {result.transfers}, of which {result.representatives} simulated (one per orbit of "
           f"{result.group_order} torus translations), events {result.events}, simulated in {wall:.3f} s by the "
           f"symmetric engine, peak memory {peak_rss_mib():.0f} MiB")
@@ -265,16 +260,20 @@ def _closed_form_line(schedule: Schedule, result: Any, opts: EngineOptions, args
             "narrowest route's β, an estimate (the simulation is the reference)")
 
 
-def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.Namespace,
-                  opts: EngineOptions) -> None:
-
-    topo = result.topology
-    print(f"{schedule.name} {schedule.collective.describe()} on {topo.describe()}, {result.mode}, "
-          f"{human_size(result.size)}")
+def _print_head(result: Any, name: str, collective: str) -> None:
+    """simulate's first lines: what ran where, the time and the two bandwidths."""
+    print(f"{name} {collective} on {result.topology.describe()}, {result.mode}, {human_size(result.size)}")
     algbw, busbw = gigabytes(result.algbw), gigabytes(result.busbw)
     print(f"  time       {human_time(result.time)}")
     print(f"  algbw      {algbw:.4f} GB/s" if algbw is not None else "  algbw      - (no time)")
     print(f"  busbw      {busbw:.4f} GB/s" if busbw is not None else "  busbw      - (no time)")
+
+
+def _print_result(result: Any, schedule: Schedule, wall: float, args: argparse.Namespace,
+                  opts: EngineOptions) -> None:
+
+    topo = result.topology
+    _print_head(result, schedule.name, schedule.collective.describe())
     print(f"  transfers  {result.transfers}, events {result.events}, simulated in {wall:.3f} s by the "
           f"{result.engine} engine, peak memory {peak_rss_mib():.0f} MiB")
     if result.link_busy and result.time > 0:
