@@ -329,6 +329,13 @@ class _SideArrays:
         q = self.s.batch_port[b]
         return bool(b == self.started_upto[q] and b < self.landed_upto[q] + n_flight)
 
+    def count_down(self, m: int, left: np.ndarray, upto: np.ndarray, n_flight: int) -> list[int]:
+        """Message ``m`` is one fewer of its batch's ``left`` (unstarted or unlanded); when that was the batch's
+        last, ``advance_one`` its port along ``upto``: the messages that may now start."""
+        b = int(self.s.batch[m])
+        left[b] -= 1
+        return self.advance_one(upto, left, int(self.s.batch_port[b]), n_flight) if left[b] == 0 else []
+
     def advance_one(self, upto: np.ndarray, left: np.ndarray, q: int, n_flight: int) -> list[int]:
         """``move`` for port q alone, then ``current_open`` of it, as a list."""
         u, end = int(upto[q]), int(self.end[q])
@@ -409,11 +416,7 @@ class PortArrays:
             self.started[m] = True
             out.extend(s.msg_transfers[s.msg_ptr[m]:s.msg_ptr[m + 1]].tolist())
             for side in self.sides:
-                b = int(side.s.batch[m])
-                side.unstarted[b] -= 1
-                if side.unstarted[b] == 0:
-                    ms.extend(side.advance_one(side.started_upto, side.unstarted, int(side.s.batch_port[b]),
-                                               n_flight))
+                ms.extend(side.count_down(m, side.unstarted, side.started_upto, n_flight))
         return out
 
     def _ready_few(self, ts: np.ndarray) -> np.ndarray:
@@ -446,11 +449,7 @@ class PortArrays:
                 continue
             delivered.extend(s.msg_transfers[s.msg_ptr[m]:s.msg_ptr[m + 1]].tolist())
             for side in self.sides:
-                b = int(side.s.batch[m])
-                side.unlanded[b] -= 1
-                if side.unlanded[b] == 0:
-                    cand.extend(side.advance_one(side.landed_upto, side.unlanded, int(side.s.batch_port[b]),
-                                                 n_flight))
+                cand.extend(side.count_down(m, side.unlanded, side.landed_upto, n_flight))
         started = self._run_few(cand) if cand else []
         return np.array(delivered, dtype=np.int64), np.array(started, dtype=np.int64)
 
