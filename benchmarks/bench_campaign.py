@@ -89,6 +89,11 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _own_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def throughput(file: Path, store: Path, workers: int) -> float:
     """One run into an empty store; its rate. The driver's caches are emptied first, so each run's sample
     (computed in the driver) starts cold, as a fresh ``collsched campaign`` does."""
@@ -96,15 +101,17 @@ def throughput(file: Path, store: Path, workers: int) -> float:
         cache.clear()
     for f in store.parent.glob(store.name + "*"):
         f.unlink()
-    before, cpu0 = _load(), _children_cpu()
+    before, cpu0, own0 = _load(), _children_cpu(), _own_cpu()
     with Store(store) as s:
         summary = run_campaign(load_campaign(file), s, workers=workers, progress=False)
     cpu = _children_cpu() - cpu0  # the pool's workers, counted once they have exited
+    own = _own_cpu() - own0  # the driver: its sample, the store, the hand-over of tasks
     rate = summary.computed / summary.wall_s
     est = summary.estimate
     print(f"  {workers} worker{'s' if workers > 1 else ' '}: {summary.computed:,} configurations in "
           f"{summary.wall_s:6.1f} s = {rate:6.1f}/s; workers' CPU {cpu:5.1f} s = {cpu / summary.wall_s:.2f} cores "
-          f"busy (estimate before: {est.seconds + est.sampled * est.seconds_each if est else 0:.0f} s; errors "
+          f"busy, driver's {own:4.1f} s (estimate before: "
+          f"{est.seconds + est.sampled * est.seconds_each if est else 0:.0f} s; errors "
           f"{summary.errors}; load average before {before}, after {_load()})")
     return rate
 

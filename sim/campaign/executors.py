@@ -13,6 +13,7 @@ orphans computing.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import threading
@@ -25,7 +26,7 @@ from typing import Any
 
 from sim.campaign.simulate import run_chunk
 
-__all__ = ["Sink", "Task", "error_rows", "run_dask", "run_pool"]
+__all__ = ["Sink", "Task", "error_rows", "run_dask", "run_pool", "start_pool"]
 
 Task = Sequence[tuple[str, Mapping[str, Any]]]
 Sink = Callable[[list[tuple[str, dict[str, Any]]]], None]
@@ -43,18 +44,38 @@ def _watch_parent(parent: int) -> None:
     os._exit(3)  # the driver is gone: nobody will read what this worker computes
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int, imports: Sequence[str]) -> None:
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="campaign-parent-watch").start()
+    try:  # warm: what every configuration needs, before the first task arrives
+        for module in ("sim.cli.common", "sim.cli.runtime"):
+            importlib.import_module(module)
+        run_chunk([], imports)
+    except Exception:
+        pass  # a failing import is reported by the first task that needs it, as that task's error
 
 
-def run_pool(tasks: Sequence[Task], workers: int, imports: Sequence[str], sink: Sink) -> None:
-    """Run ``tasks`` on a pool of ``workers`` processes (spawned: no state of this process is shared),
-    handing each task's rows to ``sink`` as it completes."""
+def _ready() -> int:
+    return os.getpid()
+
+
+def start_pool(workers: int, imports: Sequence[str]) -> ProcessPoolExecutor:
+    """A pool of ``workers`` spawned processes (no state of this process is shared), started now: each
+    imports what a configuration needs while the caller goes on (the driver times its sample meanwhile)."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_init, initargs=(os.getpid(), tuple(imports)))
+    for _ in range(workers):  # a spawning pool starts a process per task waiting for one
+        pool.submit(_ready)
+    return pool
+
+
+def run_pool(tasks: Sequence[Task], workers: int, imports: Sequence[str], sink: Sink,
+             pool: ProcessPoolExecutor | None = None) -> None:
+    """Run ``tasks`` on a pool of ``workers`` processes (``pool``, from ``start_pool``, or a new one), handing
+    each task's rows to ``sink`` as it completes. The pool is shut down when it returns."""
     queue: deque[tuple[Task, bool]] = deque((t, False) for t in tasks)
-    ctx = multiprocessing.get_context("spawn")
+    started = pool
     while queue:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                   initargs=(os.getpid(),))
+        pool, started = started or start_pool(workers, imports), None
         inflight: dict[Future[Any], tuple[Task, bool]] = {}
         broken: list[tuple[Task, bool]] = []
         try:
@@ -82,6 +103,8 @@ def run_pool(tasks: Sequence[Task], workers: int, imports: Sequence[str], sink: 
                 sink(error_rows(task, DIED))
             else:  # once more, one configuration a task, to find the one that kills its worker
                 queue.extendleft(([item], True) for item in reversed(task))
+    if started is not None:  # there was nothing to run on it
+        started.shutdown(wait=True)
 
 
 def run_dask(tasks: Sequence[Task], imports: Sequence[str], sink: Sink, *, address: str | None = None,

@@ -116,12 +116,20 @@ def _peak_rss() -> float:
 def plan_tasks(items: Sequence[tuple[str, Mapping[str, Any]]], seconds_each: float, workers: int) -> list[
         list[tuple[str, Mapping[str, Any]]]]:
     """``items`` in consecutive tasks of about ``TASK_SECONDS`` each (at most ``MAX_TASK`` configurations),
-    and at least four tasks per worker where there are enough configurations."""
+    and at least four tasks per worker where there are enough configurations. The last tasks shrink (each at
+    most the remainder over twice the workers, down to an eighth of the others): the workers finish together
+    instead of one idling through the other's last task."""
     if not items:
         return []
+    w = max(1, workers)
     size = max(1, min(MAX_TASK, int(TASK_SECONDS / max(seconds_each, 1e-6))))
-    size = max(1, min(size, math.ceil(len(items) / (4 * max(1, workers)))))
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+    size = max(1, min(size, math.ceil(len(items) / (4 * w))))
+    tasks, i = [], 0
+    while i < len(items):
+        n = min(size, max(math.ceil((len(items) - i) / (2 * w)), math.ceil(size / 8)))
+        tasks.append(list(items[i:i + n]))
+        i += n
+    return tasks
 
 
 def run_campaign(campaign: Campaign, store: Store, *, workers: int | None = None, scheduler: str | None = None,
@@ -163,6 +171,7 @@ def run_campaign(campaign: Campaign, store: Store, *, workers: int | None = None
             executor, n = "pool", max(1, workers or os.cpu_count() or 1)
         summary.executor, summary.workers = executor, n
         run_id = store.begin_run(campaign.name, executor, n, total, len(missing))
+        pool: Any = None
         summary.run_id = run_id
         status = "interrupted"
         try:
@@ -175,6 +184,10 @@ def run_campaign(campaign: Campaign, store: Store, *, workers: int | None = None
                         summary.errors += r["status"] == "error"
                     pbar.update(len(rows))
 
+                if executor == "pool" and not estimate_only and len(missing) > sample + 1:
+                    from sim.campaign.executors import start_pool
+
+                    pool = start_pool(n, campaign.imports)  # its workers warm up while the sample runs here
                 estimate, rest = _sample(campaign, missing, by_key, total, n, sample, sink)
                 summary.estimate = estimate
                 if log is not None:
@@ -201,9 +214,12 @@ def run_campaign(campaign: Campaign, store: Store, *, workers: int | None = None
                 else:
                     from sim.campaign.executors import run_pool
 
-                    run_pool(tasks, n, campaign.imports, sink)
+                    run_pool(tasks, n, campaign.imports, sink, pool)
+                    pool = None  # run_pool shut it down
                 status = "done"
         finally:
+            if pool is not None:  # refused, estimated only, or the sample raised: nothing may stay running
+                pool.shutdown(wait=True, cancel_futures=True)
             store.end_run(run_id, status)
     finally:
         if own_client is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import sqlite3
@@ -140,6 +141,8 @@ def test_too_big_campaigns_are_refused_with_the_estimate(small: Path, tmp_path: 
     assert code == 2 and "more than the memory there is (1 MiB" in doc["error"]
     code, doc = _cli(capsys, "campaign", str(small), "--store", str(store), "--estimate", "--json")
     assert code == 0 and doc["run"]["estimate"]["missing"] == 180 - 13 - 13
+    # the pool started beside each sample (its workers warm while the driver samples) is gone with the refusal
+    assert multiprocessing.active_children() == []
 
 
 def test_the_command_runs_and_reports(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
