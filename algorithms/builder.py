@@ -45,7 +45,7 @@ from algorithms.ir import (
     SwitchOpKind,
     Transfer,
 )
-from algorithms.ir.schedule import _check_one
+from algorithms.ir.schedule import MAX_WAY, _check_one
 from algorithms.ir.transfer import _as_buf, _as_op
 
 __all__ = ["ScheduleBuilder"]
@@ -74,6 +74,7 @@ class ScheduleBuilder:
         self._op = array("B")
         self._offsets = array("q", [0])
         self._switch_ops: list[SwitchOp] = []
+        self._ways: dict[int, int] = {}  # transfer number -> its way (``Schedule.ways``), where not 0
         self._open = False
 
     @property
@@ -135,12 +136,17 @@ class ScheduleBuilder:
         _check_one(self.collective, self.scratch_chunks, si, ti, t)
         raise ScheduleError(f"step {si} transfer {ti}: a rank, index or count does not fit 32 bits")
 
-    def add(self, transfer: Transfer) -> None:
-        """Add one transfer to the open step."""
+    def add(self, transfer: Transfer, *, way: int = 0) -> None:
+        """Add one transfer to the open step; ``way``: which of the tied shortest routes it takes
+        (``Schedule.ways``; 0, the default route)."""
         if not isinstance(transfer, Transfer):
             raise ScheduleError(f"step holds a {type(transfer).__name__}, not a Transfer")
+        if way.__class__ is not int or not 0 <= way <= MAX_WAY:
+            raise ScheduleError(f"{self._where()}: a transfer's way is an integer in 0..{MAX_WAY}, got {way!r}")
         src, dst, sb, sx, db, dx, n, op = transfer
         self._append(src, dst, sb, sx, db, dx, n, _COPY if op is Op.COPY else _REDUCE)
+        if way:
+            self._ways[len(self._op) - 1] = way
 
     def copy(
         self,
@@ -246,8 +252,12 @@ class ScheduleBuilder:
 
     def build(self) -> Schedule:
         """The validated, immutable schedule."""
+        ways = None
+        if self._ways:
+            ways = np.zeros(len(self._op), dtype=np.uint16)
+            ways[list(self._ways)] = list(self._ways.values())
         return Schedule.from_columns(self.collective, self.name, self.columns(), self.scratch_chunks,
-                                     switch_ops=self._switch_ops)
+                                     switch_ops=self._switch_ops, ways=ways)
 
     def columns(self) -> Columns:
         """The transfers so far as ``Columns`` (copies), not yet checked against the collective: what

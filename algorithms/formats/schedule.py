@@ -69,6 +69,9 @@ SCHEMA: dict[str, Any] = {
         "scratch_chunks": _INDEX,
         "steps": {"type": "array", "items": {"type": "array", "items": {"type": "object"}}},
         "switch_ops": {"type": "array", "items": {"type": "object"}},
+        # Optional (files without it route every transfer the default way): Schedule.ways, one per transfer,
+        # checked by _ways (as the transfers, too many for jsonschema).
+        "ways": {"type": "array"},
     },
 }
 _ENDPOINT = {
@@ -107,7 +110,10 @@ def _path(error: jsonschema.ValidationError) -> str:
 def to_dict(schedule: Schedule) -> dict[str, Any]:
     """The schedule as a JSON-ready dict in the ``collsched.schedule/1`` format."""
     c = schedule.collective
-    ops = {"switch_ops": [_switch_op_dict(o) for o in schedule.switch_ops]} if schedule.switch_ops else {}
+    ops: dict[str, Any] = {"switch_ops": [_switch_op_dict(o) for o in schedule.switch_ops]} \
+        if schedule.switch_ops else {}
+    if schedule.ways is not None:
+        ops["ways"] = schedule.ways.tolist()
     return {
         "format": FORMAT,
         "name": schedule.name,
@@ -157,11 +163,14 @@ def dumps(schedule: Schedule) -> str:
     d = to_dict(schedule)
     steps = d.pop("steps")
     ops = d.pop("switch_ops", None)
+    ways = d.pop("ways", None)
     head = json.dumps(d)[:-1]
     body = ",\n  ".join(json.dumps(s, separators=(",", ":")) for s in steps)
     tail = ""
     if ops is not None:
         tail = ', "switch_ops": [\n  ' + ",\n  ".join(json.dumps(o, separators=(",", ":")) for o in ops) + "\n]"
+    if ways is not None:
+        tail += ', "ways": ' + json.dumps(ways, separators=(",", ":"))
     return f'{head}, "steps": [\n  {body}\n]{tail}}}\n'
 
 
@@ -193,7 +202,18 @@ def from_dict(doc: object) -> Schedule:
         for si, step in enumerate(doc["steps"])
     )
     ops = [_switch_op(o, f"switch_ops.{i}") for i, o in enumerate(doc.get("switch_ops", ()))]
-    return Schedule(collective, doc["name"], steps, doc["scratch_chunks"], switch_ops=ops)
+    return Schedule(collective, doc["name"], steps, doc["scratch_chunks"], switch_ops=ops, ways=_ways(doc))
+
+
+def _ways(doc: dict[str, Any]) -> list[int] | None:
+    """The file's ``ways`` (None without it); ``ScheduleError`` names an entry that is not an integer."""
+    ways = doc.get("ways")
+    if ways is None:
+        return None
+    for i, w in enumerate(ways):
+        if w.__class__ is not int:
+            raise ScheduleError(f"schedule file field ways.{i}: must be an integer, got {w!r}")
+    return list(ways)
 
 
 def _reject_constant(name: str) -> Any:

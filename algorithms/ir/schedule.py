@@ -65,7 +65,7 @@ class Schedule:
     """
 
     __slots__ = ("_columns", "_steps", "channels", "collective", "name", "num_transfers", "scratch_chunks",
-                 "switch_ops")
+                 "switch_ops", "ways")
 
     collective: Collective
     name: str
@@ -77,12 +77,17 @@ class Schedule:
     """Per transfer (program order), the channel that issues it: a thread block, an NCCL or MSCCL channel (a
     read-only int32 array of numbers >= 0), or None. Dataflow's send order queues a port's messages per channel
     when given (``sim.engine.ports``); verification ignores it."""
+    ways: np.ndarray | None
+    """Per transfer (program order), which of the tied shortest routes it takes (``sim.topology.graph``): 0 the
+    default one, w > 0 every tied choice on the way turned w places on (a read-only uint16 array), or None when
+    every transfer takes the default (an all-zero array is stored as None). Verification ignores it."""
     _columns: Columns
     _steps: tuple[Step, ...] | None
 
     def __init__(self, collective: Collective, name: str, steps: Iterable[Step | Iterable[Transfer]] = (),
                  scratch_chunks: int = 0, *, switch_ops: Iterable[SwitchOp] = (),
-                 channels: Iterable[int] | np.ndarray | None = None) -> None:
+                 channels: Iterable[int] | np.ndarray | None = None,
+                 ways: Iterable[int] | np.ndarray | None = None) -> None:
         _check_header(collective, name, scratch_chunks)
         given = tuple(s if isinstance(s, Step) else Step(tuple(s)) for s in steps)
         columns = _columns_of(given)
@@ -90,11 +95,13 @@ class Schedule:
         checked = _check_switch_ops(collective, scratch_chunks, self.num_steps, switch_ops)
         object.__setattr__(self, "switch_ops", checked)
         object.__setattr__(self, "channels", _check_channels(channels, self.num_transfers))
+        object.__setattr__(self, "ways", _check_ways(ways, self.num_transfers))
 
     @classmethod
     def from_columns(cls, collective: Collective, name: str, columns: Columns | Mapping[str, Any],
                      scratch_chunks: int = 0, *, switch_ops: Iterable[SwitchOp] = (),
-                     channels: Iterable[int] | np.ndarray | None = None) -> Schedule:
+                     channels: Iterable[int] | np.ndarray | None = None,
+                     ways: Iterable[int] | np.ndarray | None = None) -> Schedule:
         """A schedule from arrays with the fields of ``Columns`` (any integer dtype; codes as in ``Columns``)."""
         _check_header(collective, name, scratch_chunks)
         get = columns._asdict() if isinstance(columns, Columns) else dict(columns)
@@ -132,6 +139,7 @@ class Schedule:
         checked = _check_switch_ops(collective, scratch_chunks, self.num_steps, switch_ops)
         object.__setattr__(self, "switch_ops", checked)
         object.__setattr__(self, "channels", _check_channels(channels, self.num_transfers))
+        object.__setattr__(self, "ways", _check_ways(ways, self.num_transfers))
         return self
 
     def _init(self, collective: Collective, name: str, scratch_chunks: int, columns: Columns | None,
@@ -162,7 +170,7 @@ class Schedule:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (self.collective, self.name, self.scratch_chunks, tuple(self._columns), self.switch_ops,
-                           self.channels))
+                           self.channels, self.ways))
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not Schedule:
@@ -170,12 +178,13 @@ class Schedule:
         assert isinstance(other, Schedule)
         return (self.collective == other.collective and self.name == other.name
                 and self.scratch_chunks == other.scratch_chunks and self.switch_ops == other.switch_ops
-                and _same_channels(self.channels, other.channels)
+                and _same_channels(self.channels, other.channels) and _same_channels(self.ways, other.ways)
                 and all(np.array_equal(a, b) for a, b in zip(self._columns, other._columns, strict=True)))
 
     def __hash__(self) -> int:
         return hash((self.collective, self.name, self.scratch_chunks, self.switch_ops,
                      None if self.channels is None else self.channels.tobytes(),
+                     None if self.ways is None else self.ways.tobytes(),
                      *(a.tobytes() for a in self._columns)))
 
     def __repr__(self) -> str:
@@ -228,9 +237,10 @@ class Schedule:
 
 
 def _restore(collective: Collective, name: str, scratch_chunks: int, arrays: tuple[np.ndarray, ...],
-             switch_ops: tuple[SwitchOp, ...] = (), channels: np.ndarray | None = None) -> Schedule:
+             switch_ops: tuple[SwitchOp, ...] = (), channels: np.ndarray | None = None,
+             ways: np.ndarray | None = None) -> Schedule:
     return Schedule.from_columns(collective, name, Columns(*arrays), scratch_chunks, switch_ops=switch_ops,
-                                 channels=channels)
+                                 channels=channels, ways=ways)
 
 
 def _check_channels(channels: Iterable[int] | np.ndarray | None, n: int) -> np.ndarray | None:
@@ -248,6 +258,31 @@ def _check_channels(channels: Iterable[int] | np.ndarray | None, n: int) -> np.n
     if len(bad):
         raise ScheduleError(f"schedule.channels[{int(bad[0])}] is {int(a[bad[0]])}: a channel is 0..2**31-1")
     out = np.ascontiguousarray(a, dtype=np.int32)
+    out.flags.writeable = False
+    return out
+
+
+MAX_WAY = (1 << 16) - 1
+"""The largest ``Schedule.ways`` entry."""
+
+
+def _check_ways(ways: Iterable[int] | np.ndarray | None, n: int) -> np.ndarray | None:
+    """``Schedule.ways`` checked: one integer in 0..MAX_WAY per transfer; None when there are none or all are 0."""
+    if ways is None:
+        return None
+    a = np.asarray(ways if isinstance(ways, np.ndarray) else list(ways))
+    if not a.size:
+        a = a.astype(np.int64)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ScheduleError(f"schedule.ways must be a 1-d array of integers, got {a.dtype} {a.shape}")
+    if len(a) != n:
+        raise ScheduleError(f"schedule.ways has {len(a)} entries, the schedule {n} transfers")
+    bad = np.flatnonzero((a < 0) | (a > MAX_WAY))
+    if len(bad):
+        raise ScheduleError(f"schedule.ways[{int(bad[0])}] is {int(a[bad[0]])}: a way is 0..{MAX_WAY}")
+    if not a.any():
+        return None
+    out = np.ascontiguousarray(a, dtype=np.uint16)
     out.flags.writeable = False
     return out
 

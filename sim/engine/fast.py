@@ -230,8 +230,8 @@ class _Plan:
     """What the model needs of each transfer, kept compact (int32 columns, per-pair routes), computed on demand.
 
     Pair 0 is "no network" (a local transfer); every distinct remote (src, dst)
-    pair gets an id, its route as CSR over link ids, its latency and its
-    bottleneck bandwidth. Link ids from ``nl`` on are the ranks' reducers.
+    pair (and way, ``Schedule.ways``) gets an id, its route as CSR over link
+    ids, its latency and its bottleneck bandwidth. Link ids from ``nl`` on are the ranks' reducers.
     """
 
     def __init__(self, schedule: Schedule, topology: Topology, options: EngineOptions, chunk: float) -> None:
@@ -254,9 +254,19 @@ class _Plan:
         nl = len(topology.links)
         self.nl = nl
         self.caps = np.array(topology.link_bandwidths() + [float(reduce_bandwidth or 1.0)] * p)
-        # Pair ids without sorting n keys where a dense p x p table fits.
+        # Pair ids without sorting n keys where a dense p x p table fits; with ways a route is a (way, src, dst).
         remote = self.src != self.dst
-        if p * p <= 1 << 26:
+        ways = schedule.ways
+        if ways is not None:
+            key = np.where(remote, (ways.astype(np.int64) * p + self.src) * p + self.dst, -1)
+            keys, inv = np.unique(key, return_inverse=True)
+            if len(keys) and keys[0] == -1:
+                keys = keys[1:]
+            else:
+                inv = inv + 1
+            self.pair_of = inv.reshape(-1).astype(np.int32)
+            del key, inv
+        elif p * p <= 1 << 26:
             key = self.src.astype(np.int64) * p + self.dst
             used = np.zeros(p * p, dtype=bool)
             used[key[remote]] = True
@@ -274,8 +284,14 @@ class _Plan:
                 inv = inv + 1
             self.pair_of = inv.astype(np.int32)
             del key, inv
-        pairs = [(int(k) // p, int(k) % p) for k in keys.tolist()]
-        routes = topology.route_links_many(pairs)
+        pairs: list[Any]
+        routes: dict[Any, tuple[tuple[int, ...], float]]
+        if ways is None:
+            pairs = [(int(k) // p, int(k) % p) for k in keys.tolist()]
+            routes = topology.route_links_many(pairs)
+        else:
+            pairs = [(int(k) // p % p, int(k) % p, int(k) // (p * p)) for k in keys.tolist()]
+            routes = topology.route_links_ways(pairs)
         m = len(pairs) + 1
         route_len = np.zeros(m, dtype=np.int64)
         self.pair_lat = np.zeros(m)

@@ -32,6 +32,9 @@ concurrently and share the port's bandwidth, each in its own order. A plan's cha
 blocks apart, so two thread blocks never share a queue, at the sender or at the receiver. Without channels,
 every transfer is on one channel: the queues above, unchanged.
 
+*Ways* (``Schedule.ways``): a transfer that names a way takes that one of the tied shortest routes, so a step's
+transfers from one rank to one rank on two ways are two messages, each on the ports of its own route.
+
 ``Ports`` is the queues' structure, computed once from the schedule and the routes; ``SendOrder`` is their
 state during a run of the simpy engine (``sim.engine.reference``), one Python call per event; ``PortArrays``
 is the same state on numpy arrays for ``sim.engine.fast``'s event loop, and ``sim.engine.fast``'s closed form
@@ -135,16 +138,27 @@ def ports(schedule: Schedule, topology: Topology, queued: np.ndarray | None = No
     remote = np.flatnonzero((src != dst) if queued is None else (src != dst) & queued)
     msg_of = np.full(n, -1, dtype=np.int64)
     pair = src[remote] * p + dst[remote]
+    if schedule.ways is not None:  # a route is a (way, src, dst): two ways of one pair are two messages
+        pair = pair + schedule.ways[remote].astype(np.int64) * (p * p)
     pairs, pair_inv = np.unique(pair, return_inverse=True)
-    keys = [(int(k) // p, int(k) % p) for k in pairs.tolist()]
-    routes = topology.route_links_many(keys)
-    first = np.array([routes[k][0][0] for k in keys], dtype=np.int64)
-    last = np.array([routes[k][0][-1] for k in keys], dtype=np.int64)
+    if schedule.ways is None:
+        two = [(int(k) // p, int(k) % p) for k in pairs.tolist()]
+        by_pair = topology.route_links_many(two)
+        routes = [by_pair[k] for k in two]
+    else:
+        keys = [(int(k) // p % p, int(k) % p, int(k) // (p * p)) for k in pairs.tolist()]
+        ways = topology.route_links_ways(keys)
+        routes = [ways[k] for k in keys]
+    first = np.array([links[0] for links, _lat in routes], dtype=np.int64)
+    last = np.array([links[-1] for links, _lat in routes], dtype=np.int64)
     if channels is None:
         channels = schedule.channels
     # Messages: the remote transfers of one step from one rank to one rank (on one channel), numbered step-major.
-    if channels is None:
+    if channels is None and schedule.ways is None:
         per, key, across = 1, step_of[remote] * (p * p) + pair, p * p
+    elif channels is None:
+        per, across = 1, len(pairs)
+        key = step_of[remote] * len(pairs) + pair_inv.reshape(-1)
     else:
         if len(channels) != n:
             raise ValueError(f"channels: {len(channels)} entries for {n} transfers")

@@ -184,6 +184,10 @@ def _simulate(schedule: Schedule, topology: Topology, size: float, options: Engi
         if schedule.switch_ops:  # lowered to the flows they cause, run on the engine asked for, lifted back
             from sim.engine.switched import lift, lower
 
+            if schedule.ways is not None:  # the lowering pins every pair to one explicit route
+                raise SimulationError(f"schedule {schedule.name}: ways (Schedule.ways) are not simulated with "
+                                      "switch operations")
+
             low = lower(schedule, topology, gates=options.mode == "dataflow")
             chunk = chunk_bytes(schedule.collective, size)
             per_byte = chunk_bytes(low.schedule.collective, 1.0)
@@ -304,9 +308,11 @@ class _Run:
         self.nbytes = array("d", bytes(8 * n))
         self.flinks: list[tuple[int, ...]] = [()] * n
         self.reducer = array("q", [-1]) * n
-        routes = topology.route_links_many({(t.src, t.dst) for t in flat if t.src != t.dst})
+        ways = [0] * n if schedule.ways is None else schedule.ways.tolist()
+        routes = topology.route_links_ways({(t.src, t.dst, w) for t, w in zip(flat, ways, strict=True)
+                                            if t.src != t.dst})
         reduce_op = Op.REDUCE
-        for i, t in enumerate(flat):
+        for i, (t, way) in enumerate(zip(flat, ways, strict=True)):
             b = t.count * self.chunk
             self.nbytes[i] = b
             pre = slow.get(t.src, 0.0) + (slow.get(t.dst, 0.0) if t.dst != t.src else 0.0)
@@ -314,7 +320,7 @@ class _Run:
             if reduce_bandwidth is not None and t.op is reduce_op and b > 0:
                 self.reducer[i] = nl + t.dst
             if t.src != t.dst:
-                links, lat = routes[(t.src, t.dst)]
+                links, lat = routes[(t.src, t.dst, way)]
                 self.flinks[i] = links if b > 0 else ()
                 pre += overhead
                 post += lat

@@ -489,11 +489,13 @@ def estimate_bytes(representatives: float) -> float:
 def check_form(form: SymmetricForm, schedule: Schedule | None = None) -> list[str]:
     """What is wrong with ``form`` against the whole schedule (built unless given): per step, the translates
     of the partial schedule's transfers by every element of the group, chunk by chunk, must be the step's
-    transfers, chunk by chunk. Empty when the form is right."""
+    transfers, chunk by chunk, and name no ways (``Schedule.ways``). Empty when the form is right."""
     full = form.build() if schedule is None else schedule
     g = group(form.dims, form.generators)
     pc = form.transfers(g.reps)
     problems: list[str] = []
+    if full.ways is not None:  # a form carries no ways: its quotient would route every transfer the default way
+        problems.append("the whole schedule names ways (Schedule.ways), which a symmetric form does not carry")
     if len(pc.step_offsets) - 1 != full.num_steps:
         return [f"the partial schedule has {len(pc.step_offsets) - 1} steps, the whole {full.num_steps}"]
     if len(pc.src) * g.order != full.num_transfers:

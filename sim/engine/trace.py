@@ -87,7 +87,8 @@ def chrome_trace(result: SimResult) -> dict[str, Any]:
     for i, (_si, _ti, t) in enumerate(flat):
         if t.src == t.dst or not send_end[i] > send_start[i]:
             continue
-        for lk in topo.route_links(t.src, t.dst)[0]:
+        way = 0 if sched.ways is None else int(sched.ways[i])
+        for lk in topo.route_links(t.src, t.dst, way=way)[0]:
             per_link.setdefault(lk, []).append((send_start[i], send_end[i]))
     for tid, lk in enumerate(sorted(per_link)):
         u, v = topo.links[lk]

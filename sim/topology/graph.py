@@ -10,8 +10,12 @@ takes the one picked by the next base-k digit of b, among the candidates in
 node order (ranks by number, then switches in insertion order): destination-
 based spreading, as the two-level routing tables of Al-Fares et al.
 (``sim.topology.builders``) do in a fat tree.
-There is no per-message multipath: like a static routing table, every
-message between the same pair takes the same links.
+Like a static routing table, every message between the same pair takes the
+same links, unless it names a *way* w > 0 (``Schedule.ways``): then every
+choice among k equal next hops on its walk is turned w places on (the
+(digit + w) mod k-th candidate), so way 1 takes the other half-way direction
+round a ring where way 0 takes one. Explicit routes and a shortest direct
+link have no alternatives and ignore the way.
 
 The builders are in ``sim.topology.builders``, the files in ``sim.topology.files``;
 ``sim.topology`` gathers all three.
@@ -69,6 +73,7 @@ class Topology:
     _succ: list[list[tuple[int, int, float]]] = field(init=False, repr=False)
     _pred: list[list[tuple[int, int, float]]] = field(init=False, repr=False)
     _cache: dict[tuple[int, int], tuple[tuple[int, ...], float]] = field(init=False, repr=False)
+    _hinted: dict[tuple[int, int, int], RouteLinks] = field(init=False, repr=False)
     _cheapest: dict[tuple[str, Node], int] = field(init=False, repr=False)
     _routed: list[frozenset[int]] = field(init=False, repr=False)
     _pred_sorted: list[list[list[tuple[int, int, float]]]] = field(init=False, repr=False)
@@ -103,6 +108,7 @@ class Topology:
         object.__setattr__(self, "links", links)
         object.__setattr__(self, "_link_id", {e: i for i, e in enumerate(links)})
         object.__setattr__(self, "_cache", {})
+        object.__setattr__(self, "_hinted", {})
         object.__setattr__(self, "_cheapest", {})
         object.__setattr__(self, "_routed", [])
         object.__setattr__(self, "_pred_sorted", [])
@@ -138,8 +144,9 @@ class Topology:
 
     # -- routing ---------------------------------------------------------------------
 
-    def route(self, src: int, dst: int) -> tuple[Node, ...]:
-        """The node path a message from rank src to rank dst takes (``(src,)`` when src == dst)."""
+    def route(self, src: int, dst: int, *, way: int = 0) -> tuple[Node, ...]:
+        """The node path a message from rank src to rank dst takes (``(src,)`` when src == dst); ``way``: which
+        of the tied shortest routes (module docstring; 0 the default)."""
         self._check_rank(src)
         self._check_rank(dst)
         if src == dst:
@@ -150,17 +157,35 @@ class Topology:
         direct = self._direct(src, dst)
         if direct is not None:
             return direct
-        return self._walk(src, dst, self._tree(dst))
+        return self._walk(src, dst, self._tree(dst), way)
 
-    def route_links(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
-        """Link ids along the route from src to dst, and the route's total latency (cached)."""
+    def route_links(self, src: int, dst: int, *, way: int = 0) -> tuple[tuple[int, ...], float]:
+        """Link ids along the route from src to dst (by ``way``, as ``route``), and its total latency (cached)."""
+        if way:
+            hinted = self._hinted.get((src, dst, way))
+            if hinted is None:
+                hinted = self._hinted[(src, dst, way)] = self._links(self.route(src, dst, way=way))
+            return hinted
         hit = self._cache.get((src, dst))
         if hit is None:
             hit = self._remember(src, dst, self.route(src, dst))
         return hit
 
-    def route_links_many(self, pairs: Iterable[tuple[int, int]]) -> dict[tuple[int, int], RouteLinks]:
-        """``route_links`` for many pairs at once, building each destination's tree only once."""
+    def route_links_ways(self, keys: Iterable[tuple[int, int, int]]) -> dict[tuple[int, int, int], RouteLinks]:
+        """``route_links`` of many (src, dst, way) keys: ``route_links_many`` once per way."""
+        by_way: dict[int, list[tuple[int, int]]] = {}
+        for src, dst, way in keys:
+            by_way.setdefault(way, []).append((src, dst))
+        out: dict[tuple[int, int, int], RouteLinks] = {}
+        for way, pairs in by_way.items():
+            out.update(((s, d, way), r) for (s, d), r in self.route_links_many(pairs, way=way).items())
+        return out
+
+    def route_links_many(self, pairs: Iterable[tuple[int, int]], *,
+                         way: int = 0) -> dict[tuple[int, int], RouteLinks]:
+        """``route_links`` for many pairs at once (all by ``way``), building each destination's tree only once."""
+        if way:
+            return self._route_links_way(pairs, way)
         out: dict[tuple[int, int], RouteLinks] = {}
         by_dst: dict[int, list[int]] = {}
         for src, dst in pairs:
@@ -184,6 +209,33 @@ class Topology:
             tree = self._tree(dst)
             for src in srcs:
                 out[(src, dst)] = self._remember(src, dst, self._walk(src, dst, tree))
+        return out
+
+    def _route_links_way(self, pairs: Iterable[tuple[int, int]], way: int) -> dict[tuple[int, int], RouteLinks]:
+        """``route_links_many`` by a way > 0: the torus's closed form, else one tree per destination."""
+        from sim.topology.torus_routes import torus_route_links
+
+        out: dict[tuple[int, int], RouteLinks] = {}
+        by_dst: dict[int, list[int]] = {}
+        for src, dst in pairs:
+            hit = self._hinted.get((src, dst, way))
+            if hit is not None:
+                out[(src, dst)] = hit
+            elif src == dst or (src, dst) in self.routes or self._direct(src, dst) is not None:
+                out[(src, dst)] = self.route_links(src, dst, way=way)
+            else:
+                self._check_rank(src)
+                self._check_rank(dst)
+                by_dst.setdefault(dst, []).append(src)
+        todo = [(s, d) for d, ss in by_dst.items() for s in ss]
+        walked = torus_route_links(self, todo, way=way) if todo else None
+        if walked is None:
+            walked = {}
+            for dst, srcs in by_dst.items():
+                tree = self._tree(dst)
+                walked.update(((src, dst), self._links(self._walk(src, dst, tree, way))) for src in srcs)
+        self._hinted.update(((s, d, way), r) for (s, d), r in walked.items())
+        out.update(walked)
         return out
 
     def route_many(self, pairs: Iterable[tuple[int, int]]) -> dict[tuple[int, int], tuple[Node, ...]]:
@@ -364,11 +416,15 @@ class Topology:
         return self._routed[0]
 
     def _remember(self, src: int, dst: int, path: tuple[Node, ...]) -> tuple[tuple[int, ...], float]:
+        hit = self._cache[(src, dst)] = self._links(path)
+        return hit
+
+    def _links(self, path: tuple[Node, ...]) -> RouteLinks:
+        """The link ids along a node path, and its latency summed hop by hop from 0.0."""
         ids = tuple(self._link_id[(path[i], path[i + 1])] for i in range(len(path) - 1))
         lat = 0.0
         for i in range(len(path) - 1):
             lat += self.graph.edges[path[i], path[i + 1]]["latency"]
-        self._cache[(src, dst)] = (ids, lat)
         return ids, lat
 
     def _direct(self, src: int, dst: int) -> tuple[Node, ...] | None:
@@ -433,9 +489,10 @@ class Topology:
             nexts[u] = sorted(v for v, w in tight if w == best)
         return lat, hops, widest, nexts
 
-    def _walk(self, src: int, dst: int,
-              tree: tuple[list[int], list[int], list[float], list[list[int]]]) -> tuple[Node, ...]:
-        """Follow best next hops from src to dst; among k equals, pick by the next base-k digit of dst.
+    def _walk(self, src: int, dst: int, tree: tuple[list[int], list[int], list[float], list[list[int]]],
+              way: int = 0) -> tuple[Node, ...]:
+        """Follow best next hops from src to dst; among k equals, pick by the next base-k digit of dst (turned
+        ``way`` places on).
 
         The first choice is the (dst mod k)-th candidate in node order, the
         next uses dst // k, and so on: different destinations spread over all
@@ -450,7 +507,7 @@ class Topology:
         u = src
         digits = dst  # consumed in mixed radix, so that successive choices are independent
         while u != dst:
-            u, digits = _next_hop(best[u], digits)
+            u, digits = _next_hop(best[u], digits, way)
             path.append(nodes[u])
         return tuple(path)
 
@@ -535,12 +592,12 @@ class Topology:
 _NO_PATH = 1 << 62
 
 
-def _next_hop(nexts: list[int], digits: int) -> tuple[int, int]:
+def _next_hop(nexts: list[int], digits: int, way: int = 0) -> tuple[int, int]:
     """The next hop among a node's equal best ``nexts`` for the remaining ``digits`` of the destination
-    (``Topology._walk``), and the digits left after the choice."""
+    (``Topology._walk``), turned ``way`` places on, and the digits left after the choice."""
     if len(nexts) > 1:
         digits, pick = divmod(digits, len(nexts))
-        return nexts[pick], digits
+        return nexts[(pick + way) % len(nexts)], digits
     return nexts[0], digits
 
 

@@ -98,10 +98,11 @@ def _node_order(cand: np.ndarray) -> np.ndarray:
     return np.argsort(cand, axis=1)
 
 
-def torus_route_links(topology: TopologyLike,
-                      pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], RouteLinks] | None:
-    """``topology.route_links`` of every pair, walked for all pairs at once, when ``topology`` is a plain torus
-    (``_torus``); None otherwise (route them one destination's tree at a time). Explicit routes are the caller's.
+def torus_route_links(topology: TopologyLike, pairs: Sequence[tuple[int, int]], *,
+                      way: int = 0) -> dict[tuple[int, int], RouteLinks] | None:
+    """``topology.route_links`` of every pair (by ``way``), walked for all pairs at once, when ``topology`` is a
+    plain torus (``_torus``); None otherwise (route them one destination's tree at a time). Explicit routes are
+    the caller's.
 
     The same routes, not merely equally short ones. On such a torus the default route's key (latency, hops) from
     u to dst is (sum_k L_k d_k, sum_k d_k), d_k the ring distance along dimension k, so the tight next hops of u
@@ -110,7 +111,8 @@ def torus_route_links(topology: TopologyLike,
     d_k links of each dimension k, so all share one bottleneck (the narrowest dimension it crosses) and the widest
     rule keeps them all. The walk then takes, among those k in node order, the one the next base-k digit of dst
     picks (``Topology._walk``). That rule is not translation-equivariant (node order flips across the
-    wrap-around, and the digits are dst's), so it is applied as is, to every pair, hop by hop in numpy.
+    wrap-around, and the digits are dst's), so it is applied as is, to every pair, hop by hop in numpy; a way
+    w > 0 turns each such pick w places on, as ``Topology._walk`` does.
     """
     shape = _torus(topology)
     if shape is None:
@@ -151,7 +153,7 @@ def torus_route_links(topology: TopologyLike,
         k = fwd.sum(axis=1) + bwd.sum(axis=1)
         d = digits[live]
         many = k > 1
-        pick = np.where(many, d % np.maximum(k, 1), 0)
+        pick = np.where(many, (d % np.maximum(k, 1) + way) % np.maximum(k, 1), 0)
         digits[live] = np.where(many, d // np.maximum(k, 1), d)
         col = _node_order(cand)[np.arange(len(live)), pick]  # the pick-th candidate in node order
         row = np.arange(len(live))

@@ -17,13 +17,13 @@ import math
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from algorithms import registry
 from algorithms.ir import Op, Schedule
 from sim.engine.reference import Faults, chunk_bytes, simulate
-from sim.topology import Topology, single_switch
+from sim.topology import Topology, ring, single_switch
 from sim.topology.strategies import topologies
 from sim.verify import strategies as cst
 from sim.verify.dataflow import dataflow_graph
@@ -36,19 +36,21 @@ def reference(schedule: Schedule, topo: Topology, size: float, *, mode: str, ove
               in_flight: int = 0) -> tuple[list[float], list[float]]:
     """Start and end time of every transfer, in program order. ``in_flight`` > 0: dataflow's send order,
     read from the rules of ``sim.engine.ports``' docstring and checked by brute force over every message (which
-    is delivered whole: its transfers leave the latency phase together, when the last has landed)."""
+    is delivered whole: its transfers leave the latency phase together, when the last has landed). A transfer
+    takes the route of its way (``Schedule.ways``), and a message is one way's."""
     flat = [(si, t) for si, s in enumerate(schedule.steps) for t in s.transfers]
     n = len(flat)
+    way = [0] * n if schedule.ways is None else [int(w) for w in schedule.ways]
     chunk = chunk_bytes(schedule.collective, size)
     g = dataflow_graph(schedule)
-    # Send order: a message is (step, src, dst) of the remote transfers; its ports the first and last link.
-    members: dict[tuple[int, int, int], list[int]] = {}
+    # Send order: a message is (step, src, dst, way) of the remote transfers; its ports the first and last link.
+    members: dict[tuple[int, int, int, int], list[int]] = {}
     for i, (si, t) in enumerate(flat):
         if t.src != t.dst:
-            members.setdefault((si, t.src, t.dst), []).append(i)
-    port_of: dict[tuple[int, int, int], tuple[object, object]] = {}
+            members.setdefault((si, t.src, t.dst, way[i]), []).append(i)
+    port_of: dict[tuple[int, int, int, int], tuple[object, object]] = {}
     for key in members:
-        path = list(itertools.pairwise(topo.route(key[1], key[2])))
+        path = list(itertools.pairwise(topo.route(key[1], key[2], way=key[3])))
         port_of[key] = (("send", path[0]), ("recv", path[-1]))
     steps_on: dict[object, list[int]] = {}
     for key, ps in port_of.items():
@@ -56,13 +58,13 @@ def reference(schedule: Schedule, topo: Topology, size: float, *, mode: str, ove
             steps_on.setdefault(q, []).append(key[0])
     batch = {q: sorted(set(v)) for q, v in steps_on.items()}
 
-    def key_of(i: int) -> tuple[int, int, int]:
-        return flat[i][0], flat[i][1].src, flat[i][1].dst
+    def key_of(i: int) -> tuple[int, int, int, int]:
+        return flat[i][0], flat[i][1].src, flat[i][1].dst, way[i]
 
     def queued(i: int) -> bool:
         return mode == "dataflow" and in_flight > 0 and flat[i][1].src != flat[i][1].dst
 
-    def may_begin(key: tuple[int, int, int]) -> bool:
+    def may_begin(key: tuple[int, int, int, int]) -> bool:
         """Rules 1-3: dependencies ended; each port's earlier batches started, those N back landed."""
         if not all(phase[i] == WAITING and all(phase[d] == DONE for d in g.deps[i]) for i in members[key]):
             return False
@@ -120,7 +122,7 @@ def reference(schedule: Schedule, topo: Topology, size: float, *, mode: str, ove
                     changed = True
                 if phase[i] == PRE and timer[i] <= now:
                     if t.src != t.dst and b > 0:
-                        path = topo.route(t.src, t.dst)
+                        path = topo.route(t.src, t.dst, way=way[i])
                         phase[i], left[i], links[i] = FLOW, b, tuple(itertools.pairwise(path))
                     else:
                         phase[i], left[i] = FLOW, 0.0
@@ -128,7 +130,7 @@ def reference(schedule: Schedule, topo: Topology, size: float, *, mode: str, ove
                 if phase[i] == FLOW and left[i] <= 1e-9 * max(b, 1.0):
                     lat = 0.0
                     if t.src != t.dst:
-                        path = topo.route(t.src, t.dst)
+                        path = topo.route(t.src, t.dst, way=way[i])
                         lat = sum(topo.latency(u, v) for u, v in itertools.pairwise(path))
                     phase[i], timer[i], links[i] = POST, now + lat, ()
                     changed = True
@@ -216,6 +218,26 @@ def test_engine_matches_the_reference(case: tuple[Schedule, Topology], data: st.
         r = simulate(schedule, topo, size, mode=mode, overhead=overhead, reduce_bandwidth=red,
                      faults=Faults(stragglers=slow), engine=engine, in_flight=in_flight)
         for i in range(schedule.num_transfers):
+            assert math.isclose(r.start[i], start[i], rel_tol=1e-7, abs_tol=1e-9), (engine, i, r.start[i], start[i])
+            assert math.isclose(r.end[i], end[i], rel_tol=1e-7, abs_tol=1e-9), (engine, i, r.end[i], end[i])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedule=cst.schedules(max_ranks=6, max_chunks=2), data=st.data())
+def test_engine_takes_each_transfers_way(schedule: Schedule, data: st.DataObject) -> None:
+    """Random ways (``Schedule.ways``) on a bidirectional ring, where half way round both ways are shortest."""
+    assume(not schedule.switch_ops and schedule.ranks >= 2)
+    ways = data.draw(st.lists(st.integers(0, 2), min_size=schedule.num_transfers, max_size=schedule.num_transfers))
+    hinted = Schedule.from_columns(schedule.collective, schedule.name, schedule.columns(), schedule.scratch_chunks,
+                                   ways=ways)
+    topo = ring(schedule.ranks, bandwidth=10.0, latency=1.0)
+    mode = data.draw(st.sampled_from(["dataflow", "lockstep"]))
+    in_flight = data.draw(st.sampled_from([0, 1, 2]))
+    start, end = reference(hinted, topo, 1000.0, mode=mode, overhead=0.5, reduce_bandwidth=None, stragglers={},
+                           in_flight=in_flight)
+    for engine in ("simpy", "fast"):
+        r = simulate(hinted, topo, 1000.0, mode=mode, overhead=0.5, engine=engine, in_flight=in_flight)
+        for i in range(hinted.num_transfers):
             assert math.isclose(r.start[i], start[i], rel_tol=1e-7, abs_tol=1e-9), (engine, i, r.start[i], start[i])
             assert math.isclose(r.end[i], end[i], rel_tol=1e-7, abs_tol=1e-9), (engine, i, r.end[i], end[i])
 
