@@ -244,12 +244,17 @@ def parallel(*phases: Phase) -> Phase:
     return out
 
 
-def emit(builder: ScheduleBuilder, phase: Phase) -> None:
-    """Append the phase's steps to ``builder``, one builder step per step."""
-    for step in phase:
+def emit(builder: ScheduleBuilder, phase: Phase, ways: Sequence[Sequence[int]] | None = None) -> None:
+    """Append the phase's steps to ``builder``, one builder step per step; ``ways``: each transfer's way
+    (``Schedule.ways``), shaped as the phase (None: all 0)."""
+    for i, step in enumerate(phase):
         with builder.step():
-            for t in step:
-                builder.add(t)
+            if ways is None:
+                for t in step:
+                    builder.add(t)
+            else:
+                for t, w in zip(step, ways[i], strict=True):
+                    builder.add(t, way=w)
 
 
 # --- 1-D ring schedules whose line position i ends owning block i ------------------------------

@@ -46,7 +46,7 @@ from algorithms.library.swing import (
 )
 from algorithms.registry import CHUNKS, register
 
-__all__ = ["doubling_matching", "rabenseifner_torus", "recursive_doubling_torus"]
+__all__ = ["doubling_matching", "half_way_ways", "rabenseifner_torus", "recursive_doubling_torus"]
 
 SOURCE = "De Sensi, Bonato, Saam & Hoefler, Swing, NSDI 2024 (recursive doubling on a torus); Thakur et al. 2005"
 CONSTRAINTS = ("dims (if given): sizes that are powers of two, product p",
@@ -66,10 +66,34 @@ def doubling_matching(g: Grid, d: int, t: int, sign: int) -> list[int]:
 
 def _plan(ranks: int, dims: str, ports: int) -> tuple[int, Grid, list[list[list[int]]]]:
     """(P, the grid of the P ranks, each part's matchings in the order it takes them)."""
+    big, g, walks = _walks(ranks, dims, ports)
+    return big, g, [[doubling_matching(g, d, t, sign) for d, t in walk] for sign, walk in walks]
+
+
+def _walks(ranks: int, dims: str, ports: int) -> tuple[int, Grid, list[tuple[int, list[tuple[int, int]]]]]:
+    """(P, the grid of the P ranks, each part's sign and (dimension, step) walk)."""
     big = pow2floor(ranks)
     g = torus_grid(big if not dims.strip() else ranks, dims, pow2=True)
-    return big, g, [[doubling_matching(g, d, t, sign) for d, t in torus_walk(g, order)]
-                    for sign, order in parts(g, ports)]
+    return big, g, [(sign, torus_walk(g, order)) for sign, order in parts(g, ports)]
+
+
+def half_way_ways(g: Grid, sign: int, walk: list[tuple[int, int]]) -> list[int]:
+    """Per step of a part's walk, the way (``Schedule.ways``) its messages take: 1 for a mirrored part (sign -1)
+    at a half-way step (2^t = q/2 on a ring of q > 2 ranks, where c + q/2 = c - q/2: its peer is the unmirrored
+    part's, and both ways round are shortest), else 0. So the two parts' messages to that peer go round opposite
+    ways, as the paper's minimal routing sends each the way its δ says, and not both down one static route."""
+    return [1 if sign < 0 and g.dims[d] > 2 and 2 << t == g.dims[d] else 0 for d, t in walk]
+
+
+def _with_ways(phases: list[Phase], ways: list[list[int]]) -> list[list[int]]:
+    """``parallel(*phases)``'s ways: each transfer of step i of phase j gets ``ways[j][i]``."""
+    out: list[list[int]] = []
+    for phase, per_step in zip(phases, ways, strict=True):
+        for i, step in enumerate(phase):
+            if i == len(out):
+                out.append([])
+            out[i].extend([per_step[i]] * len(step))
+    return out
 
 
 @register(Kind.ALLREDUCE, "rabenseifner_torus", source=SOURCE, parameters=(CHUNKS, DIMS, PORTS),
@@ -83,21 +107,26 @@ def rabenseifner_torus(ranks: int, *, chunks: int = 1, dims: str = "", ports: in
     the same steps; rank x ends the halving owning block x of every part.
     """
     p, k = ranks, chunks
-    big, _, plan = _plan(p, dims, ports)
-    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, len(plan) * big * k), "rabenseifner_torus")
-    pre, post = fold(p, len(plan) * big * k)
+    big, g, walks = _walks(p, dims, ports)
+    m = len(walks)
+    b = ScheduleBuilder(Collective(Kind.ALLREDUCE, p, m * big * k), "rabenseifner_torus")
+    pre, post = fold(p, m * big * k)
     halves: list[Phase] = []
     doubles: list[Phase] = []
-    for j, matchings in enumerate(plan):
+    ways: list[list[int]] = []
+    for j, (sign, walk) in enumerate(walks):
 
         def place(blk: int, j: int = j) -> int:
             return (j * big + blk) * k
 
-        rs, ag = butterfly(matchings, place, k)
+        rs, ag = butterfly([doubling_matching(g, d, t, sign) for d, t in walk], place, k)
         halves.append(rs)
         doubles.append(ag)
-    for phase in (pre, parallel(*halves), parallel(*doubles), post):
-        emit(b, phase)
+        ways.append(half_way_ways(g, sign, walk))
+    emit(b, pre)
+    emit(b, parallel(*halves), _with_ways(halves, ways))
+    emit(b, parallel(*doubles), _with_ways(doubles, [w[::-1] for w in ways]))  # the doubling runs backwards
+    emit(b, post)
     return b.build()
 
 

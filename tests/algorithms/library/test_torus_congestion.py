@@ -3,9 +3,10 @@ of ``benchmarks/bench_scale.py`` (``congestion_by_hand``: De Sensi et al., NSDI 
 message size times the most messages crossing one link, summed over the steps).
 
 With no latency and no per-message overhead the simulated time is the bandwidth term alone, so it equals the hand
-formula exactly, in lockstep and in dataflow: Swing as the paper counts it; Rabenseifner with its half-way steps
-loading q, not q/2, since the simulator takes one static route a pair and both of a rank's parts go to the same
-rank there (the bench's docstring).
+formula exactly, in lockstep and in dataflow: Swing and Rabenseifner as the paper counts them. Rabenseifner's
+half-way steps load q/2 because its mirrored part names the other way round (``Schedule.ways``): the same schedule
+without its ways sends both of a rank's parts to their common peer down one route and loads q there (the bench's
+``one_route_a_pair``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import ModuleType
 import pytest
 
 from algorithms import registry
+from algorithms.ir import Schedule
 from sim.engine import simulate
 from sim.topology import from_spec
 
@@ -38,12 +40,16 @@ def _bench() -> ModuleType:
 BENCH = _bench()
 
 
-def _simulated_factor(algorithm: str, dims: str, mode: str) -> float:
+def _simulated_factor(algorithm: str, dims: str, mode: str, *, ways: bool = True, engine: str = "auto") -> float:
     qs = [int(q) for q in dims.split("x")]
     p, d = math.prod(qs), len(qs)
     n = float(1 << 24)
     schedule = registry.get("allreduce", algorithm).build(p, dims=dims)
-    time = simulate(schedule, from_spec(f"torus:{dims}", bandwidth=BANDWIDTH, latency=0.0), n, mode=mode).time
+    if not ways:
+        schedule = Schedule.from_columns(schedule.collective, schedule.name, schedule.columns(),
+                                         schedule.scratch_chunks)
+    topo = from_spec(f"torus:{dims}", bandwidth=BANDWIDTH, latency=0.0)
+    time = simulate(schedule, topo, n, mode=mode, engine=engine).time
     return time / (2 * (p - 1) / p * n / (2 * d * BANDWIDTH))
 
 
@@ -56,10 +62,19 @@ def test_swing_congestion_is_the_papers(dims: str, mode: str) -> None:
 
 @pytest.mark.parametrize("dims", ["4x4", "8x8", "4x4x4"])
 @pytest.mark.parametrize("mode", ["lockstep", "dataflow"])
-def test_rabenseifner_congestion_is_the_papers_with_one_route_a_pair(dims: str, mode: str) -> None:
-    got = _simulated_factor("rabenseifner_torus", dims, mode)
+@pytest.mark.parametrize("engine", ["fast", "simpy"])
+def test_rabenseifner_congestion_is_the_papers(dims: str, mode: str, engine: str) -> None:
+    got = _simulated_factor("rabenseifner_torus", dims, mode, engine=engine)
+    assert got == pytest.approx(BENCH.congestion_by_hand("rabenseifner_torus", dims), rel=1e-9)
+
+
+@pytest.mark.parametrize("dims", ["4x4", "8x8", "4x4x4"])
+@pytest.mark.parametrize("mode", ["lockstep", "dataflow"])
+def test_rabenseifner_without_its_ways_takes_one_route_a_pair(dims: str, mode: str) -> None:
+    """Without the mirrored part's way both parts share one route at the half-way steps: load q, not q/2."""
+    got = _simulated_factor("rabenseifner_torus", dims, mode, ways=False)
     assert got == pytest.approx(BENCH.congestion_by_hand("rabenseifner_torus", dims, one_route_a_pair=True), rel=1e-9)
-    assert got > BENCH.congestion_by_hand("rabenseifner_torus", dims) * 1.1  # the paper's split ways: q/2
+    assert got > BENCH.congestion_by_hand("rabenseifner_torus", dims) * 1.1
 
 
 def test_hand_formula_worked_values() -> None:
