@@ -7,14 +7,13 @@ as each task completes. Both executors run the same function on the same tasks, 
 The pool keeps at most two tasks per worker in flight, so a pool that breaks (a worker killed by the
 kernel, a crash in native code) loses only those: they run again one configuration per task, and a
 configuration that breaks the pool alone is stored as an error. Workers leave when the process that
-started them does (a thread in each watches its parent), so a driver killed with SIGKILL leaves no
-orphans computing.
+started them does (a thread in each watches it), so a driver killed with SIGKILL leaves no orphans
+computing.
 
 Workers are forked from a fork server that has imported the simulator once (``forkserver``, where the
 platform has it; else each is spawned and imports it itself): a second worker then costs a fork, not
 another half second of imports on a core the first one needs. No state of the driver is shared either way:
-the server is a fresh interpreter. Its parent is the driver, so a worker's parent leaving (the server, when
-the driver is gone) is the signal to leave.
+the server is a fresh interpreter. The server leaves once the driver and every worker have.
 """
 
 from __future__ import annotations
@@ -49,16 +48,32 @@ PRELOAD = ("sim.campaign.simulate", "sim.cli.common", "sim.cli.runtime")
 """What every configuration needs: imported once by the fork server (or by each spawned worker)."""
 
 
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc: the signal's answer stands
+
+
+def _watch_driver(driver: int) -> None:
+    parent = os.getppid()
+    while os.getppid() == parent and _alive(driver):
         time.sleep(0.5)
     os._exit(3)  # the driver is gone: nobody will read what this worker computes
 
 
-def _worker_init(imports: Sequence[str]) -> None:
-    # the parent now: the driver (spawned) or the fork server (which leaves when the driver does)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True,
-                     name="campaign-parent-watch").start()
+def _worker_init(driver: int, imports: Sequence[str]) -> None:
+    # The driver, not the parent, is watched: a fork server lives as long as any worker holds its
+    # liveness pipe, so it would outlive a killed driver for as long as the workers wait for it.
+    threading.Thread(target=_watch_driver, args=(driver,), daemon=True, name="campaign-driver-watch").start()
     try:  # warm: what every configuration needs, before the first task arrives
         for module in PRELOAD:
             importlib.import_module(module)
@@ -81,7 +96,7 @@ def start_pool(workers: int, imports: Sequence[str]) -> ProcessPoolExecutor:
     else:
         ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                               initargs=(tuple(imports),))
+                               initargs=(os.getpid(), tuple(imports)))
     for _ in range(workers):  # a spawning pool starts a process per task waiting for one
         pool.submit(_ready)
     return pool

@@ -96,6 +96,50 @@ def test_killed_halfway_and_resumed_computes_nothing_twice(reference: tuple[Path
     assert again.computed == 0 and again.already == N and again.run_id is None
 
 
+def _session(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (Linux /proc; zombies left out)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_bytes().rsplit(b")", 1)[1].split()
+                if int(stat[3]) == sid and stat[0] != b"Z":  # field 6 of stat: the session id
+                    out.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from Linux's /proc")
+def test_a_killed_driver_leaves_no_worker(reference: tuple[Path, Path], tmp_path: Path) -> None:
+    # only the driver is killed (not its process group): its pool, the fork server included, must follow
+    file, _ = reference
+    store = tmp_path / "orphans.sqlite"
+    code = "import sys; from sim.cli.app import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "campaign", str(file), "--store", str(store),
+                             "--workers", "2", "--no-progress"], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while _count(store) < 100 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, "the campaign ended before it could be killed"
+        assert len(_session(proc.pid)) >= 3  # the driver, a fork server or spawned workers, and workers
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60  # a worker notices within half a second of its task's end
+        while _session(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _session(proc.pid)
+    finally:
+        for pid in _session(proc.pid):  # whatever the assertion finds, nothing is left behind
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert left == []
+
+
 def test_dask_localcluster_gives_the_pool_s_rows(reference: tuple[Path, Path], tmp_path: Path) -> None:
     from distributed import LocalCluster
 
