@@ -10,9 +10,11 @@ Estimates, each an honest order of magnitude rather than a promise:
 
 - a library schedule: its transfers, extrapolated from builds at 32 and 64
   ranks (transfers ~ p^a, a fitted, 1 <= a <= 3), times ``TRANSFER_BYTES``
-  (what a transfer costs through the simulator) plus its chunk slots times
-  ``SLOT_BYTES`` (the verifier's state); a world of at most ``BUILD_RANKS`` is
-  simply built;
+  (what a transfer costs through the simulator), plus the chunks its transfers
+  move (the sum of their counts, extrapolated the same way) times ``MOVE_BYTES``,
+  plus its chunk slots (the built collective's chunks, which may grow with p,
+  over every rank) times ``SLOT_BYTES`` (the verifier's state); a world of at
+  most ``BUILD_RANKS`` is simply built;
 - the tree packing (``sim.bounds.packing``): every rank pair's route as link ids
   (p² times the route length) and a few p x p price matrices, plus its about
   2·p²·chunks transfers (4 for allreduce);
@@ -45,6 +47,10 @@ BUILT_TRANSFER_BYTES = 200
 """Bytes a built transfer costs (its columns and its Transfer value: 160 B measured on the same schedule)."""
 SLOT_BYTES = 64
 """Bytes per chunk slot in the verifier's state (a small set of contributions)."""
+MOVE_BYTES = 128
+"""Bytes per chunk a transfer moves, beyond the transfer itself: the verifier's and the dataflow engine's
+per-chunk work. Measured: ``rabenseifner_torus`` on torus:32x32 (81,920 transfers moving 8.4 M chunks over
+8.4 M slots) peaked at 2.0 GB; 81,920 x 2 KiB + 8.4 M x 64 B + 8.4 M x 128 B = 1.8 GB."""
 LP_NONZERO_BYTES = 200
 """Bytes per LP nonzero, scipy's sparse matrices and HiGHS's own copies together."""
 MEMORY_FRACTION = 0.75
@@ -135,17 +141,38 @@ def estimate_lp(ranks: int, links: int, *, overlay: bool = False, route_hops: in
     return Estimate(0.0, nonzeros * LP_NONZERO_BYTES)
 
 
-def estimate_library(build: Callable[[int], object], ranks: int, chunk_slots: Callable[[int], float]) -> Estimate:
-    """A library schedule on ``ranks`` ranks: transfers from builds at 32 and 64 ranks (``build(p)`` returns a
-    Schedule), extrapolated (module docstring); ``chunk_slots(p)`` is its collective's slots over all ranks."""
+def _measure(schedule: object) -> tuple[float, float, int]:
+    """(transfers, chunks they move, the collective's chunks) of a built schedule."""
+    n = float(schedule.num_transfers)  # type: ignore[attr-defined]
+    try:
+        moved = float(schedule.columns().count.sum())  # type: ignore[attr-defined]
+    except AttributeError:  # not a library Schedule: one chunk a transfer
+        moved = n
+    chunks = getattr(getattr(schedule, "collective", None), "chunks", 1)
+    return n, moved, int(chunks) if isinstance(chunks, int) else 1
+
+
+def _grow(small: float, large: float, ranks: int) -> float:
+    """``large`` (at BUILD_RANKS) extrapolated to ``ranks`` as p^a, a from ``small`` (at half), 1 <= a <= 3."""
+    a = min(3.0, max(1.0, math.log2(large / small))) if small > 0 and large > 0 else 2.0
+    return max(large, 1.0) * (ranks / BUILD_RANKS) ** a
+
+
+def estimate_library(build: Callable[[int], object], ranks: int,
+                     chunk_slots: Callable[[int, int], float]) -> Estimate:
+    """A library schedule on ``ranks`` ranks: transfers and the chunks they move from builds at 32 and 64 ranks
+    (``build(p)`` returns a Schedule), extrapolated (module docstring); ``chunk_slots(p, chunks)`` is the
+    slots over all ranks of its collective with that many chunks (the built one's, extrapolated)."""
     if ranks <= BUILD_RANKS:
-        t = float(build(ranks).num_transfers)  # type: ignore[attr-defined]
+        t, moved, chunks = _measure(build(ranks))
     else:
-        small = float(build(BUILD_RANKS // 2).num_transfers)  # type: ignore[attr-defined]
-        large = float(build(BUILD_RANKS).num_transfers)  # type: ignore[attr-defined]
-        a = min(3.0, max(1.0, math.log2(large / small))) if small > 0 and large > 0 else 2.0
-        t = max(large, 1.0) * (ranks / BUILD_RANKS) ** a
-    return Estimate(t, t * TRANSFER_BYTES + chunk_slots(ranks) * SLOT_BYTES)
+        t0, m0, c0 = _measure(build(BUILD_RANKS // 2))
+        t1, m1, c1 = _measure(build(BUILD_RANKS))
+        t, moved = _grow(t0, t1, ranks), _grow(m0, m1, ranks)
+        # the collective's chunks: constant, or growing with p (blocks of p chunks): p^a again, a in [0, 3]
+        b = min(3.0, max(0.0, math.log2(c1 / c0))) if c0 > 0 and c1 > 0 else 0.0
+        chunks = max(1, round(c1 * (ranks / BUILD_RANKS) ** b))
+    return Estimate(t, t * TRANSFER_BYTES + moved * MOVE_BYTES + chunk_slots(ranks, chunks) * SLOT_BYTES)
 
 
 def guard_lp(ranks: int, links: int) -> None:
@@ -207,15 +234,16 @@ def guard_build(kind: str, algorithm: str, ranks: int, build: Callable[[int], ob
         return
     from algorithms.ir import Collective, Kind
 
-    def slots(p: int) -> float:
+    def slots(p: int, built: int | None = None) -> float:
+        n = chunks if built is None else max(chunks, built)
         k = Kind(kind)
         if k is Kind.ALLTOALLV:
-            return 2.0 * p * p * chunks
+            return 2.0 * p * p * n
         root = 0 if k in (Kind.BROADCAST, Kind.REDUCE, Kind.SCATTER, Kind.GATHER) else None
         try:
-            c = Collective(k, p, chunks, root)
+            c = Collective(k, p, n, root)
         except CollschedError:
-            return 2.0 * p * p * chunks
+            return 2.0 * p * p * n
         return float(c.input_chunks(0) + c.output_chunks(0)) * p
 
     def small(p: int) -> object:

@@ -344,14 +344,41 @@ def butterfly_sets(matchings: Sequence[Sequence[int]]) -> list[list[frozenset[in
     return sets
 
 
+def butterfly_order(matchings: Sequence[Sequence[int]]) -> list[int]:
+    """pos[b]: a position for each block b such that every set R[s][x] of ``butterfly_sets`` is a run
+    of consecutive positions (the sets nest as a binary tree; its leaves in order)."""
+    sets = butterfly_sets(matchings)
+    p = len(sets[0])
+    order: list[int] = []
+
+    def walk(s: int, x: int) -> None:  # R[s][x] = R[s+1][x] then R[s+1][partner]
+        if s == len(matchings):
+            order.append(x)
+            return
+        y = matchings[s][x]
+        first, second = (x, y) if min(sets[s + 1][x]) < min(sets[s + 1][y]) else (y, x)
+        walk(s + 1, first)
+        walk(s + 1, second)
+
+    walk(0, 0)
+    pos = [0] * p
+    for i, blk in enumerate(order):
+        pos[blk] = i
+    return pos
+
+
 def butterfly(matchings: Sequence[Sequence[int]], place: Callable[[int], int], width: int,
-              ranks: Callable[[int], int] = lambda x: x) -> tuple[Phase, Phase]:
+              ranks: Callable[[int], int] = lambda x: x, *, stride: int = 1, runs: bool = False) -> tuple[
+                  Phase, Phase]:
     """Reduce-scatter by recursive halving, then all-gather by recursive doubling, over ``matchings``.
 
     At halving step s, x adds into its partner y the blocks of R[s+1][y]
     (``butterfly_sets``) and keeps R[s+1][x]; x ends owning block x whole.
-    The doubling runs the matchings backwards, x sending R[s+1][x]. Block b
-    is the ``width`` chunks from ``place(b)``, one transfer per chunk;
+    The doubling runs the matchings backwards, x sending R[s+1][x]. Chunk c
+    (of ``width``) of block b is chunk ``place(b) + c·stride``, one transfer
+    per chunk; with ``runs``, one transfer per chunk c and run of consecutive
+    such chunks (a place from ``butterfly_order`` and ``stride`` at least the
+    blocks' count make each step one run: P log P transfers, not P²).
     ``ranks`` maps the matchings' ranks to the schedule's (for a fold).
     """
     sets = butterfly_sets(matchings)
@@ -362,10 +389,22 @@ def butterfly(matchings: Sequence[Sequence[int]], place: Callable[[int], int], w
         for x in range(p):
             y = matchings[s][x]
             blocks = sets[s + 1][y if op is Op.REDUCE else x]
-            for blk in sorted(blocks):
-                c0 = place(blk)
-                out.extend(Transfer(ranks(x), ranks(y), Buf.INPUT, c0 + c, Buf.INPUT, c0 + c, 1, op)
-                           for c in range(width))
+            if not runs:
+                for blk in sorted(blocks):
+                    c0 = place(blk)
+                    out.extend(Transfer(ranks(x), ranks(y), Buf.INPUT, c0 + c * stride, Buf.INPUT,
+                                        c0 + c * stride, 1, op) for c in range(width))
+                continue
+            starts = sorted(place(blk) for blk in blocks)
+            for c in range(width):
+                i = 0
+                while i < len(starts):
+                    j = i + 1
+                    while j < len(starts) and starts[j] == starts[j - 1] + 1:
+                        j += 1
+                    at = starts[i] + c * stride
+                    out.append(Transfer(ranks(x), ranks(y), Buf.INPUT, at, Buf.INPUT, at, j - i, op))
+                    i = j
         return out
 
     steps = range(len(matchings))

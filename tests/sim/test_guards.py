@@ -64,9 +64,39 @@ def test_sweep_and_synthesize_alltoall_are_guarded(capsys: pytest.CaptureFixture
 def test_extrapolated_transfers_match_the_build(algorithm: str, within: float) -> None:
     # p² transfers extrapolate exactly; Bruck's p·log p is over-estimated (a power law through 32 and 64).
     alg = registry.get("alltoall", algorithm)
-    est = estimate_library(lambda q: alg.build(q), 200, lambda p: 0.0)
+    est = estimate_library(lambda q: alg.build(q), 200, lambda p, c: 0.0)
     built = alg.build(200).num_transfers
     assert built <= est.transfers <= built * (1 + within)
+
+
+def test_moved_chunks_and_growing_collectives_are_counted() -> None:
+    # rabenseifner_torus on a q x q torus: 4 parts of p blocks, so p·4 chunks; a rank moves (p-1) blocks of
+    # its part in the halving and as many in the doubling: 4·p·2(p-1) chunks, in 4·p·2·log2(p) transfers.
+    # By hand at p = 256 (from builds at 32 = 8x4 and 64 = 8x8): 2,088,960 chunks moved, 1024 chunks.
+    from sim.guards import MOVE_BYTES, SLOT_BYTES, TRANSFER_BYTES
+
+    alg = registry.get("allreduce", "rabenseifner_torus")
+    seen: list[int] = []
+
+    def slots(p: int, chunks: int) -> float:
+        seen.append(chunks)
+        return 2.0 * p * chunks  # input and output of every rank
+
+    est = estimate_library(lambda q: alg.build(q), 256, slots)
+    moved = 4 * 256 * 2 * 255
+    assert 4 * 256 * 2 * 8 <= est.transfers <= 4 * 256 * 2 * 8 * 1.5  # p log p, over-estimated a little
+    assert seen == [4 * 256]  # the collective's chunks grew with p (4·p), not the chunks parameter (1)
+    assert est.memory >= moved * MOVE_BYTES + 2 * 256 * 1024 * SLOT_BYTES + est.transfers * TRANSFER_BYTES
+    assert est.memory <= 1.5 * (moved * MOVE_BYTES + 2 * 256 * 1024 * SLOT_BYTES) + est.transfers * TRANSFER_BYTES
+
+
+def test_rabenseifner_on_64x64_is_refused_up_front(capsys: pytest.CaptureFixture[str]) -> None:
+    # 16,384 chunks on each of 4,096 ranks: the verifier's slots alone are 8.6 GB, the moves 17 GB
+    rc, err = run(capsys, "simulate", "-c", "allreduce", "-a", "rabenseifner_torus", "-t", "torus:64x64",
+                  "-s", "512MiB")
+    assert rc == 2 and "allreduce/rabenseifner_torus on 4096 ranks needs about" in err
+    gb = float(err.split(" transfers and ")[1].split(" GB")[0])
+    assert 15 <= gb <= 60
 
 
 def test_check_names_the_world_that_fits(monkeypatch: pytest.MonkeyPatch) -> None:

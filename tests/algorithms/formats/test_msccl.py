@@ -166,8 +166,9 @@ IDLE_RANKS = {("allreduce", "binomial", 3), ("allreduce", "rabenseifner", 3), ("
               ("reducescatter", "recursive_halving", 3),
               ("reducescatter", "pat", 3)}
 # Files too big for the check's race budget (happens-before nodes x thread blocks over RACE_CHECK_CELLS): the
-# check says it skipped the race check, and nothing else.
-OVER_RACE_BUDGET = {("allreduce", "swing_torus", 16, 2), ("allreduce", "rabenseifner_torus", 16, 2)}
+# check says it skipped the race check, and nothing else (rabenseifner_torus, one transfer a run of blocks,
+# fits and is race-checked).
+OVER_RACE_BUDGET = {("allreduce", "swing_torus", 16, 2)}
 
 
 @pytest.mark.parametrize(("kind", "name", "p", "chunks"), _cases())
