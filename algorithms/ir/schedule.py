@@ -243,23 +243,30 @@ def _restore(collective: Collective, name: str, scratch_chunks: int, arrays: tup
                                  channels=channels, ways=ways)
 
 
+def _per_transfer(field: str, values: Iterable[int] | np.ndarray, n: int, top: int, dtype: type,
+                  what: str) -> np.ndarray:
+    """A per-transfer integer column (``Schedule.channels``, ``Schedule.ways``) checked: 1-d, ``n`` entries, each
+    in 0..``top`` (``what`` names the range in the error); read-only, as ``dtype``."""
+    a = np.asarray(values if isinstance(values, np.ndarray) else list(values))
+    if not a.size:
+        a = a.astype(np.int64)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ScheduleError(f"schedule.{field} must be a 1-d array of integers, got {a.dtype} {a.shape}")
+    if len(a) != n:
+        raise ScheduleError(f"schedule.{field} has {len(a)} entries, the schedule {n} transfers")
+    bad = np.flatnonzero((a < 0) | (a > top))
+    if len(bad):
+        raise ScheduleError(f"schedule.{field}[{int(bad[0])}] is {int(a[bad[0]])}: {what}")
+    out: np.ndarray = np.ascontiguousarray(a, dtype=dtype)
+    out.flags.writeable = False
+    return out
+
+
 def _check_channels(channels: Iterable[int] | np.ndarray | None, n: int) -> np.ndarray | None:
     """``Schedule.channels`` checked: one integer >= 0 per transfer."""
     if channels is None:
         return None
-    a = np.asarray(channels if isinstance(channels, np.ndarray) else list(channels))
-    if not a.size:
-        a = a.astype(np.int64)
-    if a.ndim != 1 or a.dtype.kind not in "iu":
-        raise ScheduleError(f"schedule.channels must be a 1-d array of integers, got {a.dtype} {a.shape}")
-    if len(a) != n:
-        raise ScheduleError(f"schedule.channels has {len(a)} entries, the schedule {n} transfers")
-    bad = np.flatnonzero((a < 0) | (a > np.iinfo(np.int32).max))
-    if len(bad):
-        raise ScheduleError(f"schedule.channels[{int(bad[0])}] is {int(a[bad[0]])}: a channel is 0..2**31-1")
-    out = np.ascontiguousarray(a, dtype=np.int32)
-    out.flags.writeable = False
-    return out
+    return _per_transfer("channels", channels, n, np.iinfo(np.int32).max, np.int32, "a channel is 0..2**31-1")
 
 
 MAX_WAY = (1 << 16) - 1
@@ -270,21 +277,8 @@ def _check_ways(ways: Iterable[int] | np.ndarray | None, n: int) -> np.ndarray |
     """``Schedule.ways`` checked: one integer in 0..MAX_WAY per transfer; None when there are none or all are 0."""
     if ways is None:
         return None
-    a = np.asarray(ways if isinstance(ways, np.ndarray) else list(ways))
-    if not a.size:
-        a = a.astype(np.int64)
-    if a.ndim != 1 or a.dtype.kind not in "iu":
-        raise ScheduleError(f"schedule.ways must be a 1-d array of integers, got {a.dtype} {a.shape}")
-    if len(a) != n:
-        raise ScheduleError(f"schedule.ways has {len(a)} entries, the schedule {n} transfers")
-    bad = np.flatnonzero((a < 0) | (a > MAX_WAY))
-    if len(bad):
-        raise ScheduleError(f"schedule.ways[{int(bad[0])}] is {int(a[bad[0]])}: a way is 0..{MAX_WAY}")
-    if not a.any():
-        return None
-    out = np.ascontiguousarray(a, dtype=np.uint16)
-    out.flags.writeable = False
-    return out
+    out = _per_transfer("ways", ways, n, MAX_WAY, np.uint16, f"a way is 0..{MAX_WAY}")
+    return out if out.any() else None
 
 
 def _same_channels(a: np.ndarray | None, b: np.ndarray | None) -> bool:
