@@ -61,17 +61,23 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return d / "resume.toml", d / "ref.sqlite"
 
 
+def _start(file: Path, store: Path, workers: int, rows: int) -> subprocess.Popen[bytes]:
+    """``collsched campaign`` in its own session, returned once ``rows`` rows are stored (or it ended, or 120 s)."""
+    code = "import sys; from sim.cli.app import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "campaign", str(file), "--store", str(store),
+                             "--workers", str(workers), "--no-progress"], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while _count(store) < rows and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc
+
+
 def test_killed_halfway_and_resumed_computes_nothing_twice(reference: tuple[Path, Path], tmp_path: Path) -> None:
     file, ref = reference
     store = tmp_path / "resume.sqlite"
-    code = "import sys; from sim.cli.app import main; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, "campaign", str(file), "--store", str(store),
-                             "--workers", "1", "--no-progress"], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = _start(file, store, 1, 200)
     try:
-        deadline = time.monotonic() + 120
-        while _count(store) < 200 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
         assert proc.poll() is None, f"the campaign ended before it could be killed: {proc.stderr.read()!r}"
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its pool worker, as a power cut would
     finally:
@@ -115,15 +121,9 @@ def test_a_killed_driver_leaves_no_worker(reference: tuple[Path, Path], tmp_path
     # only the driver is killed (not its process group): its pool, the fork server included, must follow
     file, _ = reference
     store = tmp_path / "orphans.sqlite"
-    code = "import sys; from sim.cli.app import main; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, "campaign", str(file), "--store", str(store),
-                             "--workers", "2", "--no-progress"], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = _start(file, store, 2, 100)
     try:
-        deadline = time.monotonic() + 120
-        while _count(store) < 100 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert proc.poll() is None, "the campaign ended before it could be killed"
+        assert proc.poll() is None, f"the campaign ended before it could be killed: {proc.stderr.read()!r}"
         assert len(_session(proc.pid)) >= 3  # the driver, a fork server or spawned workers, and workers
         proc.kill()
         proc.wait(timeout=30)
@@ -137,6 +137,8 @@ def test_a_killed_driver_leaves_no_worker(reference: tuple[Path, Path], tmp_path
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+        if proc.stderr is not None:
+            proc.stderr.close()
     assert left == []
 
 
