@@ -51,10 +51,13 @@ the library's do. Schedules with scratch are refused. Verify the composite.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from algorithms.builder import ScheduleBuilder
 from algorithms.errors import ScheduleError
@@ -344,9 +347,48 @@ def butterfly_sets(matchings: Sequence[Sequence[int]]) -> list[list[frozenset[in
     return sets
 
 
+def _nested(matchings: Sequence[Sequence[int]]) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """The butterfly's sets as nested partitions, in numpy: (label[s] per s = 0..L, each rank's position), or
+    None when the sets R[s][x] of ``butterfly_sets`` are not the classes of a partition at every level (then
+    the callers take the sets one by one).
+
+    label[s][x] is the smallest rank of R[s][x]. Level s's classes are level s+1's merged in pairs, x's class
+    with its partner's, when every member of a class has its partner in one other class; the position puts,
+    at every merge, the class with the smaller least rank first (``butterfly_order``'s tree walk), so that
+    R[s][x] is the run of 2^(L-s) positions from ``pos[x]`` with its low L-s bits cleared."""
+    p = len(matchings[0]) if matchings else 1
+    x = np.arange(p, dtype=np.int64)
+    ms = []
+    for s, m in enumerate(matchings):
+        a = np.asarray(m, dtype=np.int64)
+        if a.shape != (p,) or (a < 0).any() or (a >= p).any() or (a == x).any() or (a[a] != x).any():
+            raise ScheduleError(f"step {s}: not a perfect matching of {p} ranks: {list(m)}")
+        ms.append(a)
+    big = len(ms)
+    if p != 1 << big:
+        return None
+    labels = [x]
+    pos = np.zeros(p, dtype=np.int64)
+    for s in reversed(range(big)):
+        lab, partner = labels[0], labels[0][ms[s]]
+        if (lab == partner).any():
+            return None
+        # a partition: each class has one partner class
+        if len(np.unique(lab * p + partner)) != len(np.unique(lab)):
+            return None
+        pos += (lab > partner).astype(np.int64) << (big - s - 1)
+        labels.insert(0, np.minimum(lab, partner))
+    if (labels[0] != 0).any():
+        return None
+    return labels, pos
+
+
 def butterfly_order(matchings: Sequence[Sequence[int]]) -> list[int]:
     """pos[b]: a position for each block b such that every set R[s][x] of ``butterfly_sets`` is a run
     of consecutive positions (the sets nest as a binary tree; its leaves in order)."""
+    tree = _nested(matchings)
+    if tree is not None:
+        return [int(v) for v in tree[1]]
     sets = butterfly_sets(matchings)
     p = len(sets[0])
     order: list[int] = []
@@ -381,6 +423,11 @@ def butterfly(matchings: Sequence[Sequence[int]], place: Callable[[int], int], w
     blocks' count make each step one run: P log P transfers, not P²).
     ``ranks`` maps the matchings' ranks to the schedule's (for a fold).
     """
+    tree = _nested(matchings) if runs else None
+    if tree is not None:
+        fast = _butterfly_runs(matchings, tree, place, width, ranks, stride)
+        if fast is not None:
+            return fast
     sets = butterfly_sets(matchings)
     p = len(sets[0])
 
@@ -405,6 +452,44 @@ def butterfly(matchings: Sequence[Sequence[int]], place: Callable[[int], int], w
                     at = starts[i] + c * stride
                     out.append(Transfer(ranks(x), ranks(y), Buf.INPUT, at, Buf.INPUT, at, j - i, op))
                     i = j
+        return out
+
+    steps = range(len(matchings))
+    return [step(s, Op.REDUCE) for s in steps], [step(s, Op.COPY) for s in reversed(steps)]
+
+
+def _butterfly_runs(matchings: Sequence[Sequence[int]], tree: tuple[list[np.ndarray], np.ndarray],
+                    place: Callable[[int], int], width: int, ranks: Callable[[int], int], stride: int
+                    ) -> tuple[Phase, Phase] | None:
+    """``butterfly(..., runs=True)`` from the nested partitions (``_nested``), without a set of ranks per
+    rank and step (64x64: 2P² = 33 M members a part): the blocks of a class in position order, split where
+    consecutive blocks' places are not consecutive. The same transfers in the same order as the sets give,
+    or None when ``place`` is not increasing in position (then sorting by place reorders the runs)."""
+    _labels, pos = tree
+    p = len(pos)
+    big = p.bit_length() - 1
+    order = np.argsort(pos)
+    placed = np.array([place(int(b)) for b in order.tolist()], dtype=np.int64)  # by position
+    if p > 1 and not bool((np.diff(placed) > 0).all()):
+        return None
+    cut = np.flatnonzero(np.diff(placed) != 1) + 1  # positions where a run of places breaks
+    rank_of = [ranks(x) for x in range(p)]
+
+    def step(s: int, op: Op) -> list[Transfer]:
+        size = 1 << (big - s - 1)
+        out: list[Transfer] = []
+        m = matchings[s]
+        owner = np.asarray(m, dtype=np.int64) if op is Op.REDUCE else np.arange(p, dtype=np.int64)
+        first = (pos[owner] >> (big - s - 1)) << (big - s - 1)
+        lo = np.searchsorted(cut, first, side="right")
+        hi = np.searchsorted(cut, first + size, side="left")
+        for x, (a, i, j) in enumerate(zip(first.tolist(), lo.tolist(), hi.tolist(), strict=True)):
+            bounds = [a, *cut[i:j].tolist(), a + size]
+            src, dst = rank_of[x], rank_of[m[x]]
+            for c in range(width):
+                for u, v in itertools.pairwise(bounds):
+                    at = int(placed[u]) + c * stride
+                    out.append(Transfer(src, dst, Buf.INPUT, at, Buf.INPUT, at, v - u, op))
         return out
 
     steps = range(len(matchings))

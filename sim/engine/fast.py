@@ -88,7 +88,7 @@ def _csr(keys: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.n
 
 def dataflow_arrays(schedule: Schedule) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray],
                                                  np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """The dataflow relations of ``sim.verify.dataflow`` as arrays, joined from sorted (slot, step) keys.
+    """The dataflow relations of ``sim.verify.dataflow`` as arrays, joined from sorted (segment, step) keys.
 
     Returns ``waiting`` (per node, its dependency edges, counted with
     multiplicity), ``dependents`` (CSR: for each node, the nodes that wait for
@@ -110,20 +110,26 @@ def dataflow_arrays(schedule: Schedule) -> tuple[np.ndarray, tuple[np.ndarray, n
         return e, (np.zeros(1, dtype=np.int64), e), e, (np.zeros(1, dtype=np.int64), e)
     nsteps = len(offsets) - 1
     step_of = np.repeat(np.arange(nsteps, dtype=np.int64), np.diff(offsets))
-    # One move per chunk: transfer, step, source slot, destination slot.
-    mt = np.repeat(np.arange(n, dtype=np.int64), count)
-    k = np.arange(len(mt), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-    ms = step_of[mt]
     width = nsteps + 1
-    rkey = (src_slot[mt] + k) * width + ms
-    wkey = (dst_slot[mt] + k) * width + ms
-    del k
+    # The slots cut into segments at every transfer's ends: every transfer reads and writes whole segments, so
+    # all slots of a segment have the same readers and writers, step by step, and one key a segment stands for
+    # them all (a halving's runs: a few segments each, not one key a chunk).
+    cuts = np.unique(np.concatenate([src_slot, src_slot + count, dst_slot, dst_slot + count]))
+
+    def moves(start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(transfer, key) of every segment the transfers' ranges from ``start`` cover, in transfer order."""
+        lo = np.searchsorted(cuts, start)
+        t, seg = _ranges(lo, np.searchsorted(cuts, start + count))
+        return t, seg * width + step_of[t]
+
+    rt, rkey = moves(src_slot)
     rorder = np.argsort(rkey, kind="stable")
-    rkey_s, rt_s = rkey[rorder], mt[rorder]
-    del rorder, rkey
+    rkey_s, rt_s = rkey[rorder], rt[rorder]
+    del rorder, rkey, rt
+    wt, wkey = moves(dst_slot)
     worder = np.argsort(wkey, kind="stable")
-    wkey_s, wt_s = wkey[worder], mt[worder]
-    del worder
+    wkey_s, wt_s = wkey[worder], wt[worder]
+    del worder, wt
     # Write groups: the writes of one slot in one step. A group of one is its writer; larger ones get a join.
     gstart = np.flatnonzero(np.r_[True, wkey_s[1:] != wkey_s[:-1]])
     gkey = wkey_s[gstart]

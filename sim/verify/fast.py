@@ -6,9 +6,14 @@ is three integers: its chunk index (-1: empty) and a *cyclic interval* of
 contributing ranks ``[lo, lo + ln) mod p``. Every initial and expected
 content is such an interval (one rank, or all of them), and the unions the
 usual algorithms form are too (a ring adds the neighbour's interval; recursive
-doubling adds an aligned block). A content that is not one (two chunks in a
-slot, a scattered set of ranks) is *spilled*: the slot's chunk is -2 and its
-content is kept, in ``sim.verify.semantics`` form, in a dict. Whole steps are
+doubling adds an aligned block). One chunk over a set of ranks that is no
+interval (a block of rows and columns of a torus, as the torus algorithms'
+halvings form) is *interned*: ln is 0 and lo the set's number in a table of
+rank bitmasks, each distinct set stored once, and a step's reductions between
+such operands are computed once per distinct pair of sets (a run of chunks
+that shares its history costs one union, not one a chunk). Any other content
+(two chunks in a slot) is *spilled*: the slot's chunk is -2 and its content
+is kept, in ``sim.verify.semantics`` form, in a dict. Whole steps are
 executed as numpy operations; reductions into a slot that several transfers
 of the step reduce into, and anything touching a spilled slot, go through
 ``sim.verify.semantics.combine`` one chunk at a time, in program order.
@@ -28,7 +33,7 @@ read names that write.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,11 +44,15 @@ from sim.verify.semantics import Content, SlotLayout, combine, describe_text
 __all__ = ["CompactState", "run", "check", "verdict", "verdict_with_hints", "expected_columns", "initial_columns"]
 
 EMPTY, SPILLED = -1, -2
+BATCH_MOVES = 1 << 22
+"""Chunk moves a step executes at once where it may run in parts (``_Runner._parts``): a step's arrays cost about
+100 B a move, and the halving on torus:64x64 moves 33 M chunks in its first step."""
 
 
 @dataclass
 class CompactState:
-    """Per slot: chunk index (-1 empty, -2 spilled), and the contributing ranks ``[lo, lo + ln) mod p``."""
+    """Per slot: chunk index (-1 empty, -2 spilled), and the contributing ranks ``[lo, lo + ln) mod p``, or
+    (ln = 0) the set numbered lo in ``sets``."""
 
     p: int
     chunk: np.ndarray
@@ -52,6 +61,22 @@ class CompactState:
     spill: dict[int, Content]
     rows: np.ndarray
     """chunk, lo and ln are the columns of this (slots x 3) array."""
+    sets: list[int] = field(default_factory=list)
+    """The interned sets of ranks, as bitmasks."""
+    numbers: dict[int, int] = field(default_factory=dict)
+    """Each interned bitmask's number in ``sets``."""
+
+    def intern(self, mask: int) -> int:
+        """The number of the set ``mask``, stored once."""
+        n = self.numbers.get(mask)
+        if n is None:
+            n = self.numbers[mask] = len(self.sets)
+            self.sets.append(mask)
+        return n
+
+    def ranks_of(self, lo: int, ln: int) -> int:
+        """The bitmask of a slot's contributing ranks from its (lo, ln) columns."""
+        return self.sets[lo] if ln == 0 else _mask(lo, ln, self.p)
 
     def content(self, slot: int) -> Content | None:
         """The ``sim.verify.semantics`` content of one slot."""
@@ -60,19 +85,19 @@ class CompactState:
             return None
         if c == SPILLED:
             return self.spill[slot]
-        return (c, _mask(int(self.lo[slot]), int(self.ln[slot]), self.p))
+        return (c, self.ranks_of(int(self.lo[slot]), int(self.ln[slot])))
 
     def set(self, slot: int, content: Content | None) -> None:
-        """Store a ``sim.verify.semantics`` content, compactly when it is one chunk over a cyclic interval."""
+        """Store a ``sim.verify.semantics`` content, compactly when it is one chunk (over a cyclic interval,
+        or interned)."""
         if content is None:
             self.chunk[slot] = EMPTY
             return
-        if len(content) == 2:
+        if len(content) == 2 and content[0] >= 0:
             iv = _interval(content[1], self.p)
-            if iv is not None:
-                self.chunk[slot] = content[0]
-                self.lo[slot], self.ln[slot] = iv
-                return
+            self.chunk[slot] = content[0]
+            self.lo[slot], self.ln[slot] = iv if iv is not None else (self.intern(content[1]), 0)
+            return
         self.chunk[slot] = SPILLED
         self.spill[slot] = content
 
@@ -125,12 +150,16 @@ def initial_columns(layout: SlotLayout) -> CompactState:
     return st
 
 
-def expected_columns(coll: Collective, layout: SlotLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The postcondition of ``sim.verify.semantics.expected_state`` as arrays: slots, chunk, lo, ln (sorted by slot)."""
+def expected_columns(coll: Collective, layout: SlotLayout, who: range | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The postcondition of ``sim.verify.semantics.expected_state`` as arrays: slots, chunk, lo, ln (sorted by slot);
+    with ``who``, only those ranks' slots (all-to-allv: always every rank's)."""
     p, c, root = coll.ranks, coll.chunks, coll.root
     k = coll.kind
-    everyone = np.arange(p, dtype=np.int64)
-    only_root = np.array([root if root is not None else 0], dtype=np.int64)
+    who = range(p) if who is None else who
+    everyone = np.arange(who.start, who.stop, dtype=np.int64)
+    top = root if root is not None else 0
+    only_root = np.array([top] if top in who else [], dtype=np.int64)
     ib_all = np.array(layout.bases[Buf.INPUT], dtype=np.int64)
     ob_all = np.array(layout.bases[Buf.OUTPUT], dtype=np.int64)
     i = np.arange(c, dtype=np.int64)
@@ -144,21 +173,21 @@ def expected_columns(coll: Collective, layout: SlotLayout) -> tuple[np.ndarray, 
         slots = grid(ib_all[ranks], i)
         chunk, lo, ln = np.tile(i, len(ranks)), np.zeros_like(slots), np.full_like(slots, p)
     elif k is Kind.BROADCAST:
-        slots = grid(ib_all, i)
-        chunk, lo, ln = np.tile(i, p), np.full_like(slots, root), np.ones_like(slots)
+        slots = grid(ib_all[everyone], i)
+        chunk, lo, ln = np.tile(i, len(everyone)), np.full_like(slots, root), np.ones_like(slots)
     elif k in (Kind.ALLGATHER, Kind.GATHER):
         ranks = only_root if k is Kind.GATHER else everyone
         slots = grid(ob_all[ranks], sc)
         chunk, lo, ln = np.tile(sc % c, len(ranks)), np.tile(sc // c, len(ranks)), np.ones_like(slots)
     elif k is Kind.REDUCESCATTER:
-        slots = grid(ob_all, i)
+        slots = grid(ob_all[everyone], i)
         chunk, lo, ln = grid(everyone * c, i), np.zeros_like(slots), np.full_like(slots, p)
     elif k is Kind.SCATTER:
-        slots = grid(ob_all, i)
+        slots = grid(ob_all[everyone], i)
         chunk, lo, ln = grid(everyone * c, i), np.full_like(slots, root), np.ones_like(slots)
     elif k is Kind.ALLTOALL:
-        slots = grid(ob_all, sc)
-        chunk, lo, ln = grid(everyone * c, sc % c), np.tile(sc // c, p), np.ones_like(slots)
+        slots = grid(ob_all[everyone], sc)
+        chunk, lo, ln = grid(everyone * c, sc % c), np.tile(sc // c, len(everyone)), np.ones_like(slots)
     elif k is Kind.ALLTOALLV:
         slots, chunk, lo = _alltoallv_expected(coll, ob_all)
         ln = np.ones_like(slots)
@@ -224,12 +253,37 @@ class _Runner:
         off = self.cols.step_offsets
         for lo, hi in itertools.pairwise(off.tolist()):
             if hi > lo:
-                self._step(lo, hi)
+                for a, b in self._parts(lo, hi):
+                    self._step(lo, a, b)
         for kind, n in self.dropped.items():
             self.bad.append(Violation(kind, f"{n} more {kind} violation(s) not listed", count=n))
         return self.bad
 
-    def _step(self, lo: int, hi: int) -> None:
+    def _parts(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The step's transfers lo..hi in parts of about ``BATCH_MOVES`` chunks, executed one after another;
+        the whole step at once unless its writes are disjoint and it reads none of the slots it writes (then
+        no part's writes can change what another reads or writes)."""
+        count = self.cols.count[lo:hi].astype(np.int64)
+        total = int(count.sum())
+        if total <= BATCH_MOVES:
+            return [(lo, hi)]
+        c, b = self.cols, self.bases
+        live = count > 0
+        ws = (b[c.dst_buf[lo:hi], c.dst[lo:hi]] + c.dst_index[lo:hi])[live]
+        order = np.argsort(ws, kind="stable")
+        ws, we = ws[order], ws[order] + count[live][order]
+        if len(ws) > 1 and not bool((ws[1:] >= we[:-1]).all()):
+            return [(lo, hi)]
+        rs = (b[c.src_buf[lo:hi], c.src[lo:hi]] + c.src_index[lo:hi])[live]
+        below = np.searchsorted(ws, rs + count[live], side="left") - 1  # the last write starting before a read ends
+        if bool(((below >= 0) & (we[np.maximum(below, 0)] > rs)).any()):
+            return [(lo, hi)]
+        cuts = lo + np.searchsorted(np.cumsum(count), np.arange(BATCH_MOVES, total, BATCH_MOVES), side="right")
+        edges = [lo, *sorted(set(cuts.tolist()) - {lo, hi}), hi]
+        return list(itertools.pairwise(edges))
+
+    def _step(self, step_first: int, lo: int, hi: int) -> None:
+        """Execute transfers lo..hi of the step whose first transfer is ``step_first``."""
         st = self.state
         p = self.p
         count = self.cols.count[lo:hi].astype(np.int64)
@@ -241,7 +295,7 @@ class _Runner:
         copy = self.cols.op[mt] == 0
         track = self.hints is not None
         if track:
-            self.last_read[a] = lo
+            self.last_read[a] = step_first
         # Reads: the state at the step's start.
         va = st.rows[a]
         vc, vlo, vln = va[:, 0], va[:, 1], va[:, 2]
@@ -283,9 +337,11 @@ class _Runner:
             alone[1:] &= ~same
             alone[:-1] &= ~same
         cur_c = st.chunk[r_d]
-        fast = alone & (cur_c >= 0) & (vc[rj] >= 0) & (cur_c == vc[rj]) & ~np.bool_(self.idempotent)
+        one_chunk = alone & (cur_c >= 0) & (vc[rj] >= 0) & (cur_c == vc[rj]) & ~np.bool_(self.idempotent)
+        fast = one_chunk & (st.ln[r_d] > 0) & (vln[rj] > 0)  # both intervals
         fj, fd = rj[fast], r_d[fast]
-        slow = rj[~fast]
+        interned = rj[one_chunk & ~fast]
+        slow = rj[~one_chunk]
         clo, cln = st.lo[fd].astype(np.int64), st.ln[fd].astype(np.int64)
         olo, oln = vlo[fj].astype(np.int64), vln[fj].astype(np.int64)
         overlap = ((olo - clo) % p < cln) | ((clo - olo) % p < oln)
@@ -309,8 +365,10 @@ class _Runner:
         for j in fj[overlap].tolist():
             v: Content = (int(vc[j]), _mask(int(vlo[j]), int(vln[j]), p))
             self._double(int(mt[j]), int(k[j]), st.content(int(d[j])), v)
-        # Disjoint but not adjacent, and everything else: one chunk at a time through combine, in program order.
-        rest = np.sort(np.concatenate([fj[apart], slow]))
+        # Disjoint but not adjacent, or an interned operand: one union per distinct pair of sets.
+        self._unions(np.concatenate([fj[apart], interned]), d, vlo, vln, mt, k)
+        # Everything else: one chunk at a time through combine, in program order.
+        rest = slow
         if len(rest):
             by_slot: dict[int, list[int]] = {}
             for j in rest.tolist():
@@ -319,7 +377,7 @@ class _Runner:
                 cur = st.content(slot)
                 unnamed = track
                 for j in js:
-                    w = spilled_src[j] if vc[j] == SPILLED else (int(vc[j]), _mask(int(vlo[j]), int(vln[j]), p))
+                    w = spilled_src[j] if vc[j] == SPILLED else (int(vc[j]), st.ranks_of(int(vlo[j]), int(vln[j])))
                     nxt = combine(cur, w, bool(copy[j]), self.idempotent)
                     if nxt is not None:
                         cur = nxt
@@ -332,6 +390,49 @@ class _Runner:
                     else:
                         self._double(int(mt[j]), int(k[j]), cur, w)
                 st.set(slot, cur)
+
+    def _numbers(self, lo: np.ndarray, ln: np.ndarray) -> np.ndarray:
+        """Each (lo, ln) operand's interned set number (intervals interned, once per distinct interval)."""
+        st = self.state
+        out = np.where(ln == 0, lo, -1).astype(np.int64)
+        iv = np.flatnonzero(ln > 0)
+        if len(iv):
+            keys, inverse = np.unique(lo[iv].astype(np.int64) * (self.p + 1) + ln[iv], return_inverse=True)
+            ids = [st.intern(_mask(key // (self.p + 1), key % (self.p + 1), self.p)) for key in keys.tolist()]
+            out[iv] = np.asarray(ids, dtype=np.int64)[inverse]
+        return out
+
+    def _unions(self, js: np.ndarray, d: np.ndarray, vlo: np.ndarray, vln: np.ndarray, mt: np.ndarray,
+                k: np.ndarray) -> None:
+        """Reductions ``js`` (each the only write to its slot in the step, both operands one chunk, the same)
+        whose union is computed on sets: once per distinct (current set, incoming set) pair; the union kept as
+        an interval where it is one, else interned; an overlap is a double count, the slot left as it was."""
+        if not len(js):
+            return
+        st = self.state
+        ds = d[js]
+        cur = self._numbers(st.lo[ds], st.ln[ds])
+        inc = self._numbers(vlo[js], vln[js])
+        width = len(st.sets)
+        pairs, inverse = np.unique(cur * width + inc, return_inverse=True)
+        new_lo = np.empty(len(pairs), dtype=np.int64)
+        new_ln = np.empty(len(pairs), dtype=np.int64)
+        for i, key in enumerate(pairs.tolist()):
+            a, b = st.sets[key // width], st.sets[key % width]
+            if a & b:
+                new_ln[i] = -1  # a double count
+                continue
+            iv = _interval(a | b, self.p)
+            new_lo[i], new_ln[i] = iv if iv is not None else (st.intern(a | b), 0)
+        lo_j, ln_j = new_lo[inverse], new_ln[inverse]
+        ok = ln_j >= 0
+        st.lo[ds[ok]] = lo_j[ok]
+        st.ln[ds[ok]] = ln_j[ok]
+        if self.hints is not None:
+            self.w_t[ds[ok]] = mt[js[ok]]
+        for j, slot in zip(js[~ok].tolist(), ds[~ok].tolist(), strict=True):
+            v: Content = (int(st.chunk[slot]), st.ranks_of(int(vlo[j]), int(vln[j])))
+            self._double(int(mt[j]), int(k[j]), st.content(slot), v)
 
     def _overwrites(self, slots: np.ndarray, ts: np.ndarray) -> None:
         """Copies (transfers ts) replace slots: name the writes no step since has read."""
@@ -380,19 +481,26 @@ def _run(schedule: Schedule, races: bool, limit: int,
 def check(schedule: Schedule, state: CompactState, limit: int = 1000) -> list[Violation]:
     """A violation for each slot (up to ``limit``) whose final content differs from the postcondition."""
     layout = SlotLayout(schedule)
-    slots, chunk, lo, ln = expected_columns(schedule.collective, layout)
-    got_c = state.chunk[slots]
-    differs = (got_c != chunk) | (state.ln[slots] != ln) | ((state.lo[slots] != lo) & (ln != state.p))
-    spilled = got_c == SPILLED
-    bad_slots = slots[differs & ~spilled].tolist()
+    coll = schedule.collective
     p = state.p
-    for j in np.flatnonzero(spilled).tolist():  # a spilled content may still equal an interval: compare exactly
-        if state.spill[int(slots[j])] != (int(chunk[j]), _mask(int(lo[j]), int(ln[j]), p)):
-            bad_slots.append(int(slots[j]))
+    # The postcondition a block of ranks at a time (about BATCH_MOVES slots): its columns cost 32 B a slot.
+    per_rank = max(1, layout.num_slots // max(p, 1))
+    step = p if coll.kind is Kind.ALLTOALLV else max(1, BATCH_MOVES // per_rank)
+    bad_slots: list[int] = []
+    want_of: dict[int, Content] = {}
+    for first in range(0, max(p, 1), step):
+        slots, chunk, lo, ln = expected_columns(coll, layout, range(first, min(first + step, p)))
+        got_c = state.chunk[slots]
+        differs = (got_c != chunk) | (state.ln[slots] != ln) | ((state.lo[slots] != lo) & (ln != state.p))
+        spilled = (got_c == SPILLED) | ((got_c >= 0) & (state.ln[slots] == 0))  # compared whole, below
+        bad = np.flatnonzero(differs & ~spilled).tolist()
+        for j in np.flatnonzero(spilled).tolist():  # a spilled content may still equal an interval: compare exactly
+            if state.content(int(slots[j])) != (int(chunk[j]), _mask(int(lo[j]), int(ln[j]), p)):
+                bad.append(j)
+        bad_slots.extend(int(slots[j]) for j in bad)
+        if len(want_of) < limit:
+            want_of.update((int(slots[j]), (int(chunk[j]), _mask(int(lo[j]), int(ln[j]), p))) for j in bad)
     bad_slots.sort()
-    sel = np.isin(slots, bad_slots[:limit])
-    want_of = {int(s): (int(c), _mask(int(a), int(n), p))
-               for s, c, a, n in zip(slots[sel], chunk[sel], lo[sel], ln[sel], strict=True)}
     out: list[Violation] = []
     for slot in bad_slots[:limit]:
         r, buf, i = layout.where(slot)
