@@ -78,6 +78,24 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, elems
 
 
+def segments(src_slot: np.ndarray, dst_slot: np.ndarray, count: np.ndarray
+             ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The slots cut at every transfer's ends into segments: every transfer reads and writes whole segments, so
+    all slots of a segment have the same readers and writers, step by step, and one entry a segment stands for
+    them all (a halving's runs: a few segments each, not one a chunk). Returns the number of segments and, per
+    transfer, its first source segment and how many, its first destination segment and how many."""
+    cuts = np.unique(np.concatenate([src_slot, src_slot + count, dst_slot, dst_slot + count]))
+    a = np.searchsorted(cuts, src_slot)
+    d = np.searchsorted(cuts, dst_slot)
+    return len(cuts), a, np.searchsorted(cuts, src_slot + count) - a, d, np.searchsorted(cuts, dst_slot + count) - d
+
+
+def _spread(first: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ranges [first_i, first_i + n_i) laid end to end: (the elements, where each range starts among them)."""
+    at = np.cumsum(n) - n
+    return np.repeat(first, n) + np.arange(int(n.sum()), dtype=np.int64) - np.repeat(at, n), at
+
+
 def _csr(keys: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Group ``values`` by ``keys`` in 0..n-1: (indptr, values sorted by key, stable)."""
     order = np.argsort(keys, kind="stable")
@@ -111,22 +129,18 @@ def dataflow_arrays(schedule: Schedule) -> tuple[np.ndarray, tuple[np.ndarray, n
     nsteps = len(offsets) - 1
     step_of = np.repeat(np.arange(nsteps, dtype=np.int64), np.diff(offsets))
     width = nsteps + 1
-    # The slots cut into segments at every transfer's ends: every transfer reads and writes whole segments, so
-    # all slots of a segment have the same readers and writers, step by step, and one key a segment stands for
-    # them all (a halving's runs: a few segments each, not one key a chunk).
-    cuts = np.unique(np.concatenate([src_slot, src_slot + count, dst_slot, dst_slot + count]))
+    _nseg, a_first, a_n, d_first, d_n = segments(src_slot, dst_slot, count)  # keyed by segment, not by slot
 
-    def moves(start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(transfer, key) of every segment the transfers' ranges from ``start`` cover, in transfer order."""
-        lo = np.searchsorted(cuts, start)
-        t, seg = _ranges(lo, np.searchsorted(cuts, start + count))
+    def moves(first: np.ndarray, many: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(transfer, key) of every segment the transfers' ranges cover, in transfer order."""
+        t, seg = _ranges(first, first + many)
         return t, seg * width + step_of[t]
 
-    rt, rkey = moves(src_slot)
+    rt, rkey = moves(a_first, a_n)
     rorder = np.argsort(rkey, kind="stable")
     rkey_s, rt_s = rkey[rorder], rt[rorder]
     del rorder, rkey, rt
-    wt, wkey = moves(dst_slot)
+    wt, wkey = moves(d_first, d_n)
     worder = np.argsort(wkey, kind="stable")
     wkey_s, wt_s = wkey[worder], wt[worder]
     del worder, wt
@@ -642,7 +656,6 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None,
     messages back by earlier steps alone.
     """
     n, p, nl = plan.n, plan.p, plan.nl
-    cols = schedule.columns()
     dataflow = mode == "dataflow"
     start = np.empty(n)
     send_start = np.empty(n)
@@ -653,12 +666,13 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None,
     mark = np.zeros(nl + p, dtype=np.int64)
     rbw = plan.reduce_bandwidth
     if dataflow:
-        layout = SlotLayout(schedule)
-        bases = np.array([layout.bases[b] for b in BUFS], dtype=np.int64)
-        # Per slot, in one row (one cache line for the random accesses a step makes): the latest end of its
-        # last write group, the latest end of its readers since that group's step, and (scratch) the latest
-        # start of this step's readers.
-        slot_t = np.zeros((layout.num_slots, 3))
+        _s, _d, src_slot, dst_slot, count, _red, _off = slot_columns(schedule)
+        nseg, a_first, a_n, d_first, d_n = segments(src_slot, dst_slot, count)
+        del _s, _d, src_slot, dst_slot, count
+        # Per segment (``segments``: its slots alike), in one row (one cache line for the random accesses a step
+        # makes): the latest end of its last write group, the latest end of its readers since that group's step,
+        # and (scratch) the latest start of this step's readers.
+        slot_t = np.zeros((nseg, 3))
         slot_t[:, 2] = -math.inf
         wt, rt, rs = slot_t[:, 0], slot_t[:, 1], slot_t[:, 2]
     t0 = 0.0
@@ -669,20 +683,19 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None,
         steps += 1
         ids = np.arange(lo, hi, dtype=np.int64)
         if dataflow:
-            cnt = cols.count[lo:hi].astype(np.int64)
-            a = bases[cols.src_buf[lo:hi], cols.src[lo:hi]] + cols.src_index[lo:hi]
-            d = bases[cols.dst_buf[lo:hi], cols.dst[lo:hi]] + cols.dst_index[lo:hi]
-            ones = bool((cnt == 1).all())
-            if not ones:
-                first = np.cumsum(cnt) - cnt
-                k = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(first, cnt)
-                a = np.repeat(a, cnt) + k
-                d = np.repeat(d, cnt) + k
+            an, dn = a_n[lo:hi], d_n[lo:hi]
+            ones = bool((an == 1).all() and (dn == 1).all())
+            if ones:
+                a, d = a_first[lo:hi], d_first[lo:hi]
+            else:
+                a, fa = _spread(a_first[lo:hi], an)
+                d, fd = _spread(d_first[lo:hi], dn)
             unique_a = not bool((np.diff(np.sort(a)) == 0).any())
             unique_d = not bool((np.diff(np.sort(d)) == 0).any())
             row_d = slot_t[d]
-            need = np.maximum(np.maximum(wt[a], row_d[:, 0]), row_d[:, 1])
-            st = need if ones else np.maximum.reduceat(need, first)
+            need_a, need_d = wt[a], np.maximum(row_d[:, 0], row_d[:, 1])
+            st = np.maximum(need_a, need_d) if ones else np.maximum(np.maximum.reduceat(need_a, fa),
+                                                                     np.maximum.reduceat(need_d, fd))
             if gates is not None:
                 st = gates.starts(lo, hi, st)
         else:
@@ -702,13 +715,13 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None,
             assert rbw is not None
             arrive[rd] = land[rd] + nb[rd] / rbw
         if dataflow:
-            st_m = st if ones else np.repeat(st, cnt)
+            st_m = st if ones else np.repeat(st, an)
             if unique_a:
                 rs[a] = st_m
             else:
                 np.maximum.at(rs, a, st_m)
             wa = rs[d]
-            en = np.maximum(arrive, wa if ones else np.maximum.reduceat(wa, first))
+            en = np.maximum(arrive, wa if ones else np.maximum.reduceat(wa, fd))
             rs[a] = -math.inf
         else:
             en = arrive
@@ -733,18 +746,19 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None,
         if bar is not None:
             bar.update(hi - lo)
         if dataflow:
-            en_m = en if ones else np.repeat(en, cnt)
+            en_a = en if ones else np.repeat(en, an)
+            en_d = en if ones else np.repeat(en, dn)
             if unique_a:
-                rt[a] = np.maximum(rt[a], en_m)
+                rt[a] = np.maximum(rt[a], en_a)
             else:
-                np.maximum.at(rt, a, en_m)
+                np.maximum.at(rt, a, en_a)
             # This step's writes start a new group; readers so far (this step's included) are forgotten.
             rt[d] = 0.0
             if unique_d:
-                wt[d] = en_m
+                wt[d] = en_d
             else:
                 wt[d] = 0.0
-                np.maximum.at(wt, d, en_m)
+                np.maximum.at(wt, d, en_d)
         else:
             t0 = float(en.max())
     return {"start": start, "send_start": send_start, "send_end": send_end, "end": end, "busy": busy,
