@@ -13,8 +13,11 @@ Estimates, each an honest order of magnitude rather than a promise:
   (what a transfer costs through the simulator), plus the chunks its transfers
   move (the sum of their counts, extrapolated the same way) times ``MOVE_BYTES``,
   plus its chunk slots (the built collective's chunks, which may grow with p,
-  over every rank) times ``SLOT_BYTES`` (the verifier's state); a world of at
-  most ``BUILD_RANKS`` is simply built;
+  over every rank) times ``SLOT_BYTES`` (the verifier's state), plus the step
+  the verifier holds at once (the largest step it runs whole, and the largest
+  it runs in parts up to ``BATCH_MOVES``, extrapolated the same way) times
+  ``STEP_MOVE_BYTES`` (``sim.verify.fast.largest_steps``); a world of at most
+  ``BUILD_RANKS`` is simply built;
 - the tree packing (``sim.bounds.packing``): every rank pair's route as link ids
   (p² times the route length) and a few p x p price matrices, plus its about
   2·p²·chunks transfers (4 for allreduce);
@@ -45,12 +48,11 @@ TRANSFER_BYTES = 2048
 0.8 KiB with the fast one (direct all-to-all on switch:512, 262 144 transfers, peak RSS less the interpreter's)."""
 BUILT_TRANSFER_BYTES = 200
 """Bytes a built transfer costs (its columns and its Transfer value: 160 B measured on the same schedule)."""
-SLOT_BYTES = 64
-"""Bytes per chunk slot in the verifier's state (a small set of contributions)."""
-MOVE_BYTES = 128
-"""Bytes per chunk a transfer moves, beyond the transfer itself: the verifier's and the dataflow engine's
-per-chunk work. Measured: ``rabenseifner_torus`` on torus:32x32 (81,920 transfers moving 8.4 M chunks over
-8.4 M slots) peaked at 2.0 GB; 81,920 x 2 KiB + 8.4 M x 64 B + 8.4 M x 128 B = 1.8 GB."""
+SLOT_BYTES = 16
+"""Bytes per chunk slot: the compact verifier's state, 12 B (``sim.verify.fast``)."""
+MOVE_BYTES = 8
+"""Bytes per chunk a transfer moves, beyond the transfer itself and the step being verified: the dataflow
+engine's keys, one per segment of slots (``sim.engine.fast.segments``; at most one a chunk)."""
 LP_NONZERO_BYTES = 200
 """Bytes per LP nonzero, scipy's sparse matrices and HiGHS's own copies together."""
 MEMORY_FRACTION = 0.75
@@ -141,15 +143,22 @@ def estimate_lp(ranks: int, links: int, *, overlay: bool = False, route_hops: in
     return Estimate(0.0, nonzeros * LP_NONZERO_BYTES)
 
 
-def _measure(schedule: object) -> tuple[float, float, int]:
-    """(transfers, chunks they move, the collective's chunks) of a built schedule."""
+def _measure(schedule: object) -> tuple[float, float, int, float, float]:
+    """(transfers, chunks they move, the collective's chunks, the most chunks a step run whole moves, the most a
+    step run in parts moves: ``sim.verify.fast.largest_steps``) of a built schedule."""
     n = float(schedule.num_transfers)  # type: ignore[attr-defined]
     try:
         moved = float(schedule.columns().count.sum())  # type: ignore[attr-defined]
-    except AttributeError:  # not a library Schedule: one chunk a transfer
+    except AttributeError:  # not a library Schedule: one chunk a transfer, every one in one step
         moved = n
     chunks = getattr(getattr(schedule, "collective", None), "chunks", 1)
-    return n, moved, int(chunks) if isinstance(chunks, int) else 1
+    try:
+        from sim.verify.fast import largest_steps
+
+        whole, parted = largest_steps(schedule)  # type: ignore[arg-type]
+    except (AttributeError, TypeError):
+        whole, parted = int(moved), 0
+    return n, moved, int(chunks) if isinstance(chunks, int) else 1, float(whole), float(parted)
 
 
 def _grow(small: float, large: float, ranks: int) -> float:
@@ -163,16 +172,21 @@ def estimate_library(build: Callable[[int], object], ranks: int,
     """A library schedule on ``ranks`` ranks: transfers and the chunks they move from builds at 32 and 64 ranks
     (``build(p)`` returns a Schedule), extrapolated (module docstring); ``chunk_slots(p, chunks)`` is the
     slots over all ranks of its collective with that many chunks (the built one's, extrapolated)."""
+    from sim.verify.fast import BATCH_MOVES, STEP_MOVE_BYTES
+
     if ranks <= BUILD_RANKS:
-        t, moved, chunks = _measure(build(ranks))
+        t, moved, chunks, whole, parted = _measure(build(ranks))
     else:
-        t0, m0, c0 = _measure(build(BUILD_RANKS // 2))
-        t1, m1, c1 = _measure(build(BUILD_RANKS))
+        t0, m0, c0, w0, q0 = _measure(build(BUILD_RANKS // 2))
+        t1, m1, c1, w1, q1 = _measure(build(BUILD_RANKS))
         t, moved = _grow(t0, t1, ranks), _grow(m0, m1, ranks)
+        whole = _grow(w0, w1, ranks) if w1 else 0.0
+        parted = _grow(q0, q1, ranks) if q1 else 0.0
         # the collective's chunks: constant, or growing with p (blocks of p chunks): p^a again, a in [0, 3]
         b = min(3.0, max(0.0, math.log2(c1 / c0))) if c0 > 0 and c1 > 0 else 0.0
         chunks = max(1, round(c1 * (ranks / BUILD_RANKS) ** b))
-    return Estimate(t, t * TRANSFER_BYTES + moved * MOVE_BYTES + chunk_slots(ranks, chunks) * SLOT_BYTES)
+    step = (whole + min(parted, BATCH_MOVES)) * STEP_MOVE_BYTES
+    return Estimate(t, t * TRANSFER_BYTES + moved * MOVE_BYTES + chunk_slots(ranks, chunks) * SLOT_BYTES + step)
 
 
 def guard_lp(ranks: int, links: int) -> None:

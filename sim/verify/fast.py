@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from algorithms.ir import BUFS, Buf, Collective, Kind, Schedule
+from algorithms.ir import BUFS, Buf, Collective, Columns, Kind, Schedule
 from sim.verify.report import DOUBLE_COUNT, RACE, UNINITIALISED_READ, WRONG_SLOT, Hint, Violation, dead_write
 from sim.verify.semantics import Content, SlotLayout, combine, describe_text
 
@@ -46,7 +46,11 @@ __all__ = ["CompactState", "run", "check", "verdict", "verdict_with_hints", "exp
 EMPTY, SPILLED = -1, -2
 BATCH_MOVES = 1 << 22
 """Chunk moves a step executes at once where it may run in parts (``_Runner._parts``): a step's arrays cost about
-100 B a move, and the halving on torus:64x64 moves 33 M chunks in its first step."""
+``STEP_MOVE_BYTES`` a move, and the halving on torus:64x64 moves 33 M chunks in its first step."""
+STEP_MOVE_BYTES = 200
+"""Bytes a chunk move of the step being executed costs (its index, slot and content arrays and their temporaries):
+measured 198 B, rabenseifner_torus on torus:64x64 run a step whole (33.5 M moves: 7.6 GB peak, 0.95 GB of it
+the state and the schedule)."""
 
 
 @dataclass
@@ -213,6 +217,38 @@ def _alltoallv_expected(coll: Collective, ob_all: np.ndarray) -> tuple[np.ndarra
     return slots, np.repeat(send, n) + k, np.repeat(src.astype(np.int64), n)
 
 
+def _separable(c: Columns, b: np.ndarray, lo: int, hi: int) -> bool:
+    """Whether transfers lo..hi (a step's) write disjoint slots and read none of the slots they write (``b``: each
+    buffer's base slot per rank), so that they may run in parts."""
+    count = c.count[lo:hi].astype(np.int64)
+    live = count > 0
+    ws = (b[c.dst_buf[lo:hi], c.dst[lo:hi]] + c.dst_index[lo:hi])[live]
+    order = np.argsort(ws, kind="stable")
+    ws, we = ws[order], ws[order] + count[live][order]
+    if len(ws) > 1 and not bool((ws[1:] >= we[:-1]).all()):
+        return False
+    rs = (b[c.src_buf[lo:hi], c.src[lo:hi]] + c.src_index[lo:hi])[live]
+    below = np.searchsorted(ws, rs + count[live], side="left") - 1  # the last write starting before a read ends
+    return not bool(((below >= 0) & (we[np.maximum(below, 0)] > rs)).any())
+
+
+def largest_steps(schedule: Schedule) -> tuple[int, int]:
+    """(the most chunks a step that runs whole moves, the most a step that may run in parts moves): a step's
+    arrays, about ``STEP_MOVE_BYTES`` a chunk, are what ``run`` holds at once beyond its state, the latter's
+    at most ``BATCH_MOVES`` at a time (what the memory guard estimates, ``sim.guards``)."""
+    cols = schedule.columns()
+    layout = SlotLayout(schedule)
+    bases = np.array([layout.bases[b] for b in BUFS], dtype=np.int64)
+    whole = parted = 0
+    for lo, hi in itertools.pairwise(cols.step_offsets.tolist()):
+        moved = int(cols.count[lo:hi].sum())
+        if moved and _separable(cols, bases, lo, hi):
+            parted = max(parted, moved)
+        else:
+            whole = max(whole, moved)
+    return whole, parted
+
+
 class _Runner:
     def __init__(self, schedule: Schedule, races: bool, limit: int, hints: list[Hint] | None = None) -> None:
         self.schedule = schedule
@@ -265,18 +301,7 @@ class _Runner:
         no part's writes can change what another reads or writes)."""
         count = self.cols.count[lo:hi].astype(np.int64)
         total = int(count.sum())
-        if total <= BATCH_MOVES:
-            return [(lo, hi)]
-        c, b = self.cols, self.bases
-        live = count > 0
-        ws = (b[c.dst_buf[lo:hi], c.dst[lo:hi]] + c.dst_index[lo:hi])[live]
-        order = np.argsort(ws, kind="stable")
-        ws, we = ws[order], ws[order] + count[live][order]
-        if len(ws) > 1 and not bool((ws[1:] >= we[:-1]).all()):
-            return [(lo, hi)]
-        rs = (b[c.src_buf[lo:hi], c.src[lo:hi]] + c.src_index[lo:hi])[live]
-        below = np.searchsorted(ws, rs + count[live], side="left") - 1  # the last write starting before a read ends
-        if bool(((below >= 0) & (we[np.maximum(below, 0)] > rs)).any()):
+        if total <= BATCH_MOVES or not _separable(self.cols, self.bases, lo, hi):
             return [(lo, hi)]
         cuts = lo + np.searchsorted(np.cumsum(count), np.arange(BATCH_MOVES, total, BATCH_MOVES), side="right")
         edges = [lo, *sorted(set(cuts.tolist()) - {lo, hi}), hi]
