@@ -40,7 +40,7 @@ from typing import Any
 from algorithms.builder import ScheduleBuilder
 from algorithms.errors import ScheduleError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
-from algorithms.library.compose import Grid, Phase, butterfly, emit, fold, parallel
+from algorithms.library.compose import Grid, Phase, butterfly, butterfly_order, emit, fold, parallel
 from algorithms.library.fold import log2floor, pow2floor
 from algorithms.registry import CHUNKS, Cost, Parameter, register
 from algorithms.symmetric import SymmetricForm, restrict
@@ -174,7 +174,10 @@ def swing_torus(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) 
 
     The buffer is m parts (``parts``) of P blocks of ``chunks`` chunks; each
     part runs a Swing reduce-scatter and all-gather on its own dimension
-    order and direction, all parts in the same steps.
+    order and direction, all parts in the same steps. The blocks lie in
+    ``butterfly_order`` (chunk c of every block of a part in a row of P), so
+    that what a rank sends at a step is one transfer per chunk: 2·m·k·P·log2 P
+    transfers, not m·k·P² (64x64: 393,216).
     """
     p, k = ranks, chunks
     big = pow2floor(p)
@@ -186,11 +189,13 @@ def swing_torus(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) 
     doubles: list[Phase] = []
     for j, (sign, order) in enumerate(plan):
         matchings = [_torus_matching(g, d, t, sign) for d, t in torus_walk(g, order)]
+        pos = butterfly_order(matchings)
 
-        def place(blk: int, j: int = j) -> int:
-            return (j * big + blk) * k
+        def place(blk: int, j: int = j, pos: list[int] = pos) -> int:
+            return j * big * k + pos[blk]
 
-        rs, ag = butterfly(matchings, place, k)
+        # chunk c of block b at part j's c-th row of P blocks, in butterfly order: each step one run
+        rs, ag = butterfly(matchings, place, k, stride=big, runs=True)
         halves.append(rs)
         doubles.append(ag)
     for phase in (pre, parallel(*halves), parallel(*doubles), post):
