@@ -81,9 +81,9 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def segments(src_slot: np.ndarray, dst_slot: np.ndarray, count: np.ndarray
              ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The slots cut at every transfer's ends into segments: every transfer reads and writes whole segments, so
-    all slots of a segment have the same readers and writers, step by step, and one entry a segment stands for
-    them all (a halving's runs: a few segments each, not one a chunk). Returns the number of segments and, per
-    transfer, its first source segment and how many, its first destination segment and how many."""
+    a segment's slots have the same readers and writers, step by step, and one entry stands for them all (a
+    halving's runs: a few segments each, not one a chunk). The number of segments, and per transfer: its first
+    source segment and how many, its first destination segment and how many."""
     cuts = np.unique(np.concatenate([src_slot, src_slot + count, dst_slot, dst_slot + count]))
     a = np.searchsorted(cuts, src_slot)
     d = np.searchsorted(cuts, dst_slot)
@@ -131,8 +131,7 @@ def dataflow_arrays(schedule: Schedule) -> tuple[np.ndarray, tuple[np.ndarray, n
     width = nsteps + 1
     _nseg, a_first, a_n, d_first, d_n = segments(src_slot, dst_slot, count)  # keyed by segment, not by slot
 
-    def moves(first: np.ndarray, many: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(transfer, key) of every segment the transfers' ranges cover, in transfer order."""
+    def moves(first: np.ndarray, many: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # (transfer, key) a segment
         t, seg = _ranges(first, first + many)
         return t, seg * width + step_of[t]
 
@@ -668,7 +667,6 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None,
     if dataflow:
         _s, _d, src_slot, dst_slot, count, _red, _off = slot_columns(schedule)
         nseg, a_first, a_n, d_first, d_n = segments(src_slot, dst_slot, count)
-        del _s, _d, src_slot, dst_slot, count
         # Per segment (``segments``: its slots alike), in one row (one cache line for the random accesses a step
         # makes): the latest end of its last write group, the latest end of its readers since that group's step,
         # and (scratch) the latest start of this step's readers.
