@@ -47,9 +47,11 @@ links with q messages, not q/2; so the mirrored part names way 1, the other way 
 ``congestion_by_hand(..., one_route_a_pair=True)`` counts what the schedule without its ways gives (load q at
 the half-way steps: 1.524 on 8x8, 1.506 on 16x16). ``tests/algorithms/library/test_torus_congestion.py`` holds
 both, exactly at zero latency, on 4x4, 8x8 and 4x4x4.
-Measured on this shared machine (``--only congestion``), Rabenseifner simulated against the paper's factor:
-1.337 / 1.333 on 8x8 (0.2 s), 1.418 / 1.412 on 16x16 (2.9 s), 1.466 / 1.455 on 32x32 (94 s, 3.1 GB), 1.158 /
-1.151 on 8x8x8 (33 s); Swing on the same tori is 0.2-0.7% over the paper's, in about the same wall time.
+Measured on this machine (the whole table), Rabenseifner simulated against the paper's factor: 1.337 / 1.333 on
+8x8 (0.1 s), 1.418 / 1.412 on 16x16 (0.3 s), 1.466 / 1.455 on 32x32 (5.2 s, 543 MiB; 94 s and 3.1 GB before the
+verifier and the engine worked by interned sets and segments), 1.158 / 1.151 on 8x8x8 (1.5 s); Swing on the same
+tori is 0.2-0.7% over the paper's, in about the same wall time. On 64x64 at 512 MiB: Swing 6.44 ms against 6.36 by
+hand, Rabenseifner 8.04 against 7.93, each in 56 s and 1.9 GB.
 
 A case runs by symmetry (``sim.engine.symmetric``) where its algorithm gives a symmetric form and the quotient
 applies, else explicitly; the engine column says which ran.
