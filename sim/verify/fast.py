@@ -522,9 +522,10 @@ def check(schedule: Schedule, state: CompactState, limit: int = 1000) -> list[Vi
         for j in np.flatnonzero(spilled).tolist():  # a spilled content may still equal an interval: compare exactly
             if state.content(int(slots[j])) != (int(chunk[j]), _mask(int(lo[j]), int(ln[j]), p)):
                 bad.append(j)
+        bad.sort()  # by slot: the blocks come in slot order, so the first ``limit`` bad slots are named
         bad_slots.extend(int(slots[j]) for j in bad)
-        if len(want_of) < limit:
-            want_of.update((int(slots[j]), (int(chunk[j]), _mask(int(lo[j]), int(ln[j]), p))) for j in bad)
+        want_of.update((int(slots[j]), (int(chunk[j]), _mask(int(lo[j]), int(ln[j]), p)))
+                       for j in bad[:max(0, limit - len(want_of))])
     bad_slots.sort()
     out: list[Violation] = []
     for slot in bad_slots[:limit]:

@@ -176,3 +176,17 @@ def test_steps_in_parts_and_the_postcondition_in_blocks_give_the_same_verdict(
     assert sorted(v.kind for v in want.violations) == sorted(v.kind for v in got)
     assert {(v.step, v.transfer, v.rank, v.index) for v in want.violations} == {
         (v.step, v.transfer, v.rank, v.index) for v in got}
+
+
+def test_the_postcondition_in_blocks_names_the_first_wrong_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked a few ranks at a time, the wrong slots named are still the first ``limit`` of them in slot order,
+    with what each should hold (the ring without its last step: one wrong slot a rank, 64 in all)."""
+    import sim.verify.fast as fast
+
+    s = registry.build("allreduce", "ring", 64)
+    cut = Schedule.from_columns(s.collective, s.name, {**s.columns()._asdict(), **_without_last_step(s)})
+    want = sorted((v.rank, v.index, v.expected) for v in verify(cut).violations)
+    monkeypatch.setattr(fast, "BATCH_MOVES", 32 * 64)  # 32 ranks of 64 chunks a block: 32 wrong slots each
+    bad = verdict(cut, limit=10)
+    assert [(v.rank, v.index, v.expected) for v in bad[:10]] == want[:10]
+    assert bad[-1].message == "54 more wrong slot(s) not listed"
