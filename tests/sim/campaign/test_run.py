@@ -10,6 +10,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,31 +63,37 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return d / "resume.toml", d / "ref.sqlite"
 
 
-def _start(file: Path, store: Path, workers: int, rows: int) -> subprocess.Popen[bytes]:
-    """``collsched campaign`` in its own session, returned once ``rows`` rows are stored (or it ended, or 120 s)."""
+@contextmanager
+def _running(file: Path, store: Path, workers: int, rows: int) -> Iterator[subprocess.Popen[bytes]]:
+    """``collsched campaign`` in its own session and process group, given once ``rows`` rows are stored (it must
+    still be running then; the wait gives up after 120 s); afterwards, whatever the test found, every process
+    of its group is killed and the driver reaped."""
     code = "import sys; from sim.cli.app import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-c", code, "campaign", str(file), "--store", str(store),
                              "--workers", str(workers), "--no-progress"], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while _count(store) < rows and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return proc
+    try:
+        deadline = time.monotonic() + 120
+        while _count(store) < rows and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.stderr is not None
+        assert proc.poll() is None, f"the campaign ended before it could be killed: {proc.stderr.read()!r}"
+        yield proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # nothing of the group is left
+            pass
+        proc.wait(timeout=30)
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 def test_killed_halfway_and_resumed_computes_nothing_twice(reference: tuple[Path, Path], tmp_path: Path) -> None:
     file, ref = reference
     store = tmp_path / "resume.sqlite"
-    proc = _start(file, store, 1, 200)
-    try:
-        assert proc.poll() is None, f"the campaign ended before it could be killed: {proc.stderr.read()!r}"
+    with _running(file, store, 1, 200) as proc:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its pool worker, as a power cut would
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        if proc.stderr is not None:
-            proc.stderr.close()
     landed = _count(store)
     assert 200 <= landed < N - 100
     with Store(store) as s:
@@ -121,9 +129,7 @@ def test_a_killed_driver_leaves_no_worker(reference: tuple[Path, Path], tmp_path
     # only the driver is killed (not its process group): its pool, the fork server included, must follow
     file, _ = reference
     store = tmp_path / "orphans.sqlite"
-    proc = _start(file, store, 2, 100)
-    try:
-        assert proc.poll() is None, f"the campaign ended before it could be killed: {proc.stderr.read()!r}"
+    with _running(file, store, 2, 100) as proc:
         assert len(_session(proc.pid)) >= 3  # the driver, a fork server or spawned workers, and workers
         proc.kill()
         proc.wait(timeout=30)
@@ -131,14 +137,6 @@ def test_a_killed_driver_leaves_no_worker(reference: tuple[Path, Path], tmp_path
         while _session(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         left = _session(proc.pid)
-    finally:
-        for pid in _session(proc.pid):  # whatever the assertion finds, nothing is left behind
-            os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        if proc.stderr is not None:
-            proc.stderr.close()
     assert left == []
 
 
