@@ -347,15 +347,16 @@ def butterfly_sets(matchings: Sequence[Sequence[int]]) -> list[list[frozenset[in
     return sets
 
 
-def _nested(matchings: Sequence[Sequence[int]]) -> tuple[list[np.ndarray], np.ndarray] | None:
-    """The butterfly's sets as nested partitions, in numpy: (label[s] per s = 0..L, each rank's position), or
-    None when the sets R[s][x] of ``butterfly_sets`` are not the classes of a partition at every level (then
-    the callers take the sets one by one).
+def _nested(matchings: Sequence[Sequence[int]]) -> np.ndarray | None:
+    """Each rank's position when the butterfly's sets are nested partitions, worked out in numpy; None when the
+    sets R[s][x] of ``butterfly_sets`` are not the classes of a partition at every level (then the callers take
+    the sets one by one).
 
-    label[s][x] is the smallest rank of R[s][x]. Level s's classes are level s+1's merged in pairs, x's class
-    with its partner's, when every member of a class has its partner in one other class; the position puts,
-    at every merge, the class with the smaller least rank first (``butterfly_order``'s tree walk), so that
-    R[s][x] is the run of 2^(L-s) positions from ``pos[x]`` with its low L-s bits cleared."""
+    Level by level from the leaves, a class (R[s][x]) is labelled by its smallest rank. Level s's classes are
+    level s+1's merged in pairs, x's class with its partner's, when every member of a class has its partner in
+    one other class; the position puts, at every merge, the class with the smaller least rank first
+    (``butterfly_order``'s tree walk), so that R[s][x] is the run of 2^(L-s) positions from ``pos[x]`` with its
+    low L-s bits cleared."""
     p = len(matchings[0]) if matchings else 1
     x = np.arange(p, dtype=np.int64)
     ms = []
@@ -367,28 +368,26 @@ def _nested(matchings: Sequence[Sequence[int]]) -> tuple[list[np.ndarray], np.nd
     big = len(ms)
     if p != 1 << big:
         return None
-    labels = [x]
+    lab = x
     pos = np.zeros(p, dtype=np.int64)
     for s in reversed(range(big)):
-        lab, partner = labels[0], labels[0][ms[s]]
+        partner = lab[ms[s]]
         if (lab == partner).any():
             return None
         # a partition: each class has one partner class
         if len(np.unique(lab * p + partner)) != len(np.unique(lab)):
             return None
         pos += (lab > partner).astype(np.int64) << (big - s - 1)
-        labels.insert(0, np.minimum(lab, partner))
-    if (labels[0] != 0).any():
-        return None
-    return labels, pos
+        lab = np.minimum(lab, partner)
+    return pos if bool((lab == 0).all()) else None
 
 
 def butterfly_order(matchings: Sequence[Sequence[int]]) -> list[int]:
     """pos[b]: a position for each block b such that every set R[s][x] of ``butterfly_sets`` is a run
     of consecutive positions (the sets nest as a binary tree; its leaves in order)."""
-    tree = _nested(matchings)
-    if tree is not None:
-        return [int(v) for v in tree[1]]
+    nested = _nested(matchings)
+    if nested is not None:
+        return nested.tolist()
     sets = butterfly_sets(matchings)
     p = len(sets[0])
     order: list[int] = []
@@ -423,9 +422,9 @@ def butterfly(matchings: Sequence[Sequence[int]], place: Callable[[int], int], w
     blocks' count make each step one run: P log P transfers, not P²).
     ``ranks`` maps the matchings' ranks to the schedule's (for a fold).
     """
-    tree = _nested(matchings) if runs else None
-    if tree is not None:
-        fast = _butterfly_runs(matchings, tree, place, width, ranks, stride)
+    nested = _nested(matchings) if runs else None
+    if nested is not None:
+        fast = _butterfly_runs(matchings, nested, place, width, ranks, stride)
         if fast is not None:
             return fast
     sets = butterfly_sets(matchings)
@@ -458,14 +457,13 @@ def butterfly(matchings: Sequence[Sequence[int]], place: Callable[[int], int], w
     return [step(s, Op.REDUCE) for s in steps], [step(s, Op.COPY) for s in reversed(steps)]
 
 
-def _butterfly_runs(matchings: Sequence[Sequence[int]], tree: tuple[list[np.ndarray], np.ndarray],
+def _butterfly_runs(matchings: Sequence[Sequence[int]], pos: np.ndarray,
                     place: Callable[[int], int], width: int, ranks: Callable[[int], int], stride: int
                     ) -> tuple[Phase, Phase] | None:
     """``butterfly(..., runs=True)`` from the nested partitions (``_nested``), without a set of ranks per
     rank and step (64x64: 2P² = 33 M members a part): the blocks of a class in position order, split where
     consecutive blocks' places are not consecutive. The same transfers in the same order as the sets give,
     or None when ``place`` is not increasing in position (then sorting by place reorders the runs)."""
-    _labels, pos = tree
     p = len(pos)
     big = p.bit_length() - 1
     order = np.argsort(pos)
