@@ -90,12 +90,6 @@ def segments(src_slot: np.ndarray, dst_slot: np.ndarray, count: np.ndarray
     return len(cuts), a, np.searchsorted(cuts, src_slot + count) - a, d, np.searchsorted(cuts, dst_slot + count) - d
 
 
-def _spread(first: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ranges [first_i, first_i + n_i) laid end to end: (the elements, where each range starts among them)."""
-    at = np.cumsum(n) - n
-    return np.repeat(first, n) + np.arange(int(n.sum()), dtype=np.int64) - np.repeat(at, n), at
-
-
 def _csr(keys: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Group ``values`` by ``keys`` in 0..n-1: (indptr, values sorted by key, stable)."""
     order = np.argsort(keys, kind="stable")
@@ -686,8 +680,8 @@ def _closed_form(schedule: Schedule, plan: _Plan, mode: str, bar: Any = None,
             if ones:
                 a, d = a_first[lo:hi], d_first[lo:hi]
             else:
-                a, fa = _spread(a_first[lo:hi], an)
-                d, fd = _spread(d_first[lo:hi], dn)
+                a, fa = _ranges(a_first[lo:hi], a_first[lo:hi] + an)[1], np.cumsum(an) - an
+                d, fd = _ranges(d_first[lo:hi], d_first[lo:hi] + dn)[1], np.cumsum(dn) - dn
             unique_a = not bool((np.diff(np.sort(a)) == 0).any())
             unique_d = not bool((np.diff(np.sort(d)) == 0).any())
             row_d = slot_t[d]
