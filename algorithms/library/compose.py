@@ -64,8 +64,8 @@ from algorithms.errors import ScheduleError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
 from algorithms.library.fold import pow2floor
 
-__all__ = ["Grid", "Layout", "Phase", "Region", "along", "butterfly", "butterfly_sets", "emit", "fold", "parallel",
-           "ring_allgather", "ring_allreduce", "ring_reducescatter", "whole"]
+__all__ = ["Grid", "Layout", "Phase", "Region", "along", "butterfly", "butterfly_in_order", "butterfly_sets", "emit",
+           "fold", "parallel", "ring_allgather", "ring_allreduce", "ring_reducescatter", "whole"]
 
 Region = tuple[int, int]
 """(start, count): a contiguous run of chunks."""
@@ -455,6 +455,14 @@ def butterfly(matchings: Sequence[Sequence[int]], place: Callable[[int], int], w
 
     steps = range(len(matchings))
     return [step(s, Op.REDUCE) for s in steps], [step(s, Op.COPY) for s in reversed(steps)]
+
+
+def butterfly_in_order(matchings: Sequence[Sequence[int]], base: int, width: int) -> tuple[Phase, Phase]:
+    """``butterfly`` over ``matchings`` with its P blocks laid in ``butterfly_order`` from chunk ``base``, chunk c of
+    every block in the c-th row of P: each step's blocks are then one run, one transfer per chunk row (2·k·P·log2 P
+    transfers, not k·P²; 64x64: 393,216 for four parts)."""
+    pos = butterfly_order(matchings)
+    return butterfly(matchings, lambda blk: base + pos[blk], width, stride=len(pos), runs=True)
 
 
 def _butterfly_runs(matchings: Sequence[Sequence[int]], pos: np.ndarray,

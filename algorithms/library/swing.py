@@ -40,7 +40,7 @@ from typing import Any
 from algorithms.builder import ScheduleBuilder
 from algorithms.errors import ScheduleError
 from algorithms.ir import Buf, Collective, Kind, Op, Schedule, Transfer
-from algorithms.library.compose import Grid, Phase, butterfly, butterfly_order, emit, fold, parallel
+from algorithms.library.compose import Grid, Phase, butterfly, butterfly_in_order, emit, fold, parallel
 from algorithms.library.fold import log2floor, pow2floor
 from algorithms.registry import CHUNKS, Cost, Parameter, register
 from algorithms.symmetric import SymmetricForm, restrict
@@ -189,13 +189,7 @@ def swing_torus(ranks: int, *, chunks: int = 1, dims: str = "", ports: int = 0) 
     doubles: list[Phase] = []
     for j, (sign, order) in enumerate(plan):
         matchings = [_torus_matching(g, d, t, sign) for d, t in torus_walk(g, order)]
-        pos = butterfly_order(matchings)
-
-        def place(blk: int, j: int = j, pos: list[int] = pos) -> int:
-            return j * big * k + pos[blk]
-
-        # chunk c of block b at part j's c-th row of P blocks, in butterfly order: each step one run
-        rs, ag = butterfly(matchings, place, k, stride=big, runs=True)
+        rs, ag = butterfly_in_order(matchings, j * big * k, k)  # part j: k rows of P blocks
         halves.append(rs)
         doubles.append(ag)
     for phase in (pre, parallel(*halves), parallel(*doubles), post):

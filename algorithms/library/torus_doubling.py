@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from algorithms.builder import ScheduleBuilder
 from algorithms.ir import Collective, Kind, Schedule
-from algorithms.library.compose import Grid, Phase, butterfly, butterfly_order, emit, fold, parallel
+from algorithms.library.compose import Grid, Phase, butterfly_in_order, emit, fold, parallel
 from algorithms.library.fold import pow2floor
 from algorithms.library.swing import (
     DIMS,
@@ -118,13 +118,7 @@ def rabenseifner_torus(ranks: int, *, chunks: int = 1, dims: str = "", ports: in
     ways: list[list[int]] = []
     for j, (sign, walk) in enumerate(walks):
         matchings = [doubling_matching(g, d, t, sign) for d, t in walk]
-        pos = butterfly_order(matchings)
-
-        def place(blk: int, j: int = j, pos: list[int] = pos) -> int:
-            return j * big * k + pos[blk]
-
-        # chunk c of block b at part j's c-th row of P blocks, in butterfly order: each step one run
-        rs, ag = butterfly(matchings, place, k, stride=big, runs=True)
+        rs, ag = butterfly_in_order(matchings, j * big * k, k)  # part j: k rows of P blocks
         halves.append(rs)
         doubles.append(ag)
         ways.append(half_way_ways(g, sign, walk))
