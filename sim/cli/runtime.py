@@ -185,7 +185,9 @@ def cmd_simulate_nccl(args: argparse.Namespace) -> int:
                           "nccl_model": cmp, "notes": run.notes}))
         return 0 if r.ok else 1
     print(f"nccl {args.collective} on {topo.describe()}, {r.mode}, {human_size(size)}")
-    print(f"  NCCL {run.nccl.version} runs {run.nccl.algorithm}/{run.nccl.protocol} on {run.nccl.channels} channels")
+    launched = cmp.get("launched_channels", run.nccl.channels)
+    on = f"{launched} of its {run.nccl.channels}" if launched < run.nccl.channels else f"{run.nccl.channels}"
+    print(f"  NCCL {run.nccl.version} runs {run.nccl.algorithm}/{run.nccl.protocol} on {on} channels")
     if run.nccl.algorithm != "p2p":
         print(f"  NCCL's model {human_time(cmp['time_s'])} = {cmp['latency_s'] * 1e6:.1f} us latency + "
               f"{human_size(size)} / {cmp['algbw_GBps']:.1f} GB/s ({human_time(cmp['bandwidth_s'])}); simulated "

@@ -36,6 +36,7 @@ from sim.machine.nccl_tuning import (
     choose,
     graphs,
     latency_factors,
+    launch_shape,
     model_channels,
     topology_version,
     tuning,
@@ -179,11 +180,12 @@ def _params(kind: Kind, name: str, topology: Topology, size: float, protocol: st
 
 
 def protocol_model(choice: NcclChoice, kind: Kind, topology: Topology,
-                   nccl_version: str | None = None) -> ProtocolModel:
+                   nccl_version: str | None = None, size: float | None = None) -> ProtocolModel:
     """The engine's view of ``choice``: the release's latencies (base at launch, ``hwLat`` per step, half per
     hop; across nodes the network's reported latency too, twice for Simple, and the proxy's post overhead as the
     least a multi-node ring's NVLink step costs), times a fitted machine's factor, and the protocol's bandwidth
-    relative to Simple's on every link."""
+    relative to Simple's on every link; given ``size``, times the share of its channels and threads NCCL
+    launches at that size (``launch_shape``)."""
     system = system_of(topology)
     gpn = node_size(topology)
     assert system is not None and gpn is not None
@@ -197,6 +199,8 @@ def protocol_model(choice: NcclChoice, kind: Kind, topology: Topology,
     if a == "tree":
         # The tree's own rate against the links' (which carry the ring's Simple rate).
         factor = choice.algbw_GBps * 2 / (g.channels * (g.ring_inter if nodes > 1 else g.ring_intra))
+    if size is not None:
+        factor *= launch_shape(a, p, size, topology.ranks, choice.channels, v.name).share
     f = latency_factors(topology)[p]
     if a in ("nvls", "nvls_tree"):
         # The NVSwitch's reduction carries NCCL's NVLS latency and rate itself (sim.topology.switches, its
@@ -238,7 +242,7 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
     why = "no schedule is registered for it"
     while True:
         if name is not None:
-            model = protocol_model(simulated, kind, topology, pick.version)
+            model = protocol_model(simulated, kind, topology, pick.version, size)
             opts = options if options.launch is not None else options.replace(launch=model.launch)
             modes = PIPELINE_MODES.get(name, (opts.mode,))
             try:
@@ -288,11 +292,18 @@ def compare(run: NcclRun, kind: Kind | str, topology: Topology, size: float) -> 
         why.append("NCCL's tuning has no model of point-to-point (send/recv and all-to-all are scheduled on its p2p "
                    "channels without ncclTopoGetAlgoTime): only the simulated time")
         return out
+    shape = launch_shape(pick.algorithm, pick.protocol, size, topology.ranks, pick.channels, pick.version)
+    out["launched_channels"] = shape.channels
     if abs(ratio - 1) <= AGREEMENT:
         return out
     if run.simulated.algorithm != pick.algorithm or run.simulated.protocol != pick.protocol:
         why.append(f"the simulation runs {run.simulated.algorithm}/{run.simulated.protocol}, not NCCL's "
                    f"{pick.algorithm}/{pick.protocol} (its model of that pair: {run.simulated.time_s * 1e6:.1f} us)")
+    if shape.channels < shape.of and run.simulated.algorithm == pick.algorithm:
+        why.append(f"NCCL launches {shape.channels} of its {shape.of} channels at this size (src/enqueue.cc: "
+                   "under its per-thread threshold it drops channels), which its model prices at all of them: the "
+                   f"simulation moves the data at {shape.channels}/{shape.of} of {pick.protocol}'s rate")
+        return out
     sim_bw = size / max(run.time - run.model.launch, 1e-12) / 1e9
     if bw_term >= latency:
         why.append(f"bandwidth-bound: the simulation moves {sim_bw:.1f} GB/s of algorithm bandwidth on the links' "

@@ -29,8 +29,8 @@ from sim.machine.nccl_versions import NcclVersion, version
 from sim.topology.gpus import GpuSystem, fabric_of, node_size, system_of
 from sim.topology.graph import Topology
 
-__all__ = ["CHOICES", "NcclChoice", "NcclGraphs", "NcclRun", "choose", "graphs", "latency_factors", "model_channels",
-           "model_time", "ring_search", "topology_version", "tuning"]
+__all__ = ["CHOICES", "LaunchShape", "NcclChoice", "NcclGraphs", "NcclRun", "choose", "graphs", "latency_factors",
+           "launch_shape", "model_channels", "model_time", "ring_search", "topology_version", "tuning"]
 
 CHOICES = ("ring", "tree", "pat", "nvls", "nvls_tree")
 """The algorithms ``algo=`` forces (NCCL_ALGO's names, lower case; collnet needs a SHARP network: not modelled)."""
@@ -47,6 +47,53 @@ RING_PLATEAU = {70: 1.9, 80: 1.4}
 reaches 64 bytes (src/graph/tuning.cc, ``ncclTopoGetAlgoTime``, "plateau effect of ring")."""
 CHANNELS_PER_NIC = 2
 """NCCL drives each NIC with 2 channels (src/transport/net.cc, ``NCCL_NCHANNELS_PER_NET_PEER`` default 2)."""
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+"""Bytes of a call each thread must have before NCCL adds channels and threads (src/include/comm.h,
+``NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD``); the ring's LL threshold is x nRanks (src/graph/tuning.cc)."""
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+"""Threads of a channel's block per protocol (src/include/device.h: ``NCCL_LL_MAX_NTHREADS`` 512,
+``NCCL_LL128_MAX_NTHREADS`` 640, ``NCCL_SIMPLE_MAX_NTHREADS`` 512, the ring's Simple default on NVLink)."""
+ALL_THREADS = 640
+"""``NCCL_MAX_NTHREADS``: the tree's (2.22 on) and PAT's block whatever the size (src/enqueue.cc)."""
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """What NCCL launches for one call (src/enqueue.cc, ``topoGetAlgoInfo``): ``channels`` of the communicator's
+    ``of`` and ``threads`` per block, and ``share``, the fraction of the full launch's bandwidth they drive
+    (``channels`` / ``of``)."""
+
+    channels: int
+    of: int
+    threads: int
+    share: float
+
+
+def launch_shape(algorithm: str, protocol: str, size: float, ranks: int, channels: int,
+                 nccl_version: str | None = None) -> LaunchShape:
+    """The channels and threads NCCL runs ``algorithm``/``protocol`` with at ``size`` bytes (the call's largest
+    buffer, ``ncclFuncMaxSendRecvCount``) on ``channels``: while the size is under channels x threads x the
+    protocol's per-thread threshold it drops a channel, down to one, then halves the threads while a multiple of
+    128, and never goes under 3 warps. NVLS keeps its own channels; the tree (2.22 on) and PAT keep every thread.
+    Each channel is a block that moves its share of the call at its own rate, so ``share`` scales the protocol's
+    bandwidth: NCCL's own model prices every call at the full launch, which at mid sizes it does not run (one LL
+    ring channel of 12 on an 8-GPU node up to 32 KiB, 8 at 256 KiB). The threads are not priced: measured, the
+    1-node H100 table's 8-16 KiB (one channel, 128-256 threads) take what one channel of 512 does (pricing
+    them x threads / 512 gave +10-13% there and +17-23% on the 2-node B200 all-gather's 16-64 KiB)."""
+    if algorithm in ("nvls", "nvls_tree") or protocol not in MAX_THREADS:
+        return LaunchShape(channels, channels, ALL_THREADS, 1.0)
+    v = version(nccl_version)
+    full = MAX_THREADS[protocol]
+    threshold = THREAD_THRESHOLD[protocol] * (ranks if algorithm == "ring" and protocol == "LL" else 1)
+    nc, nt = max(1, channels), full
+    while size < nc * nt * threshold and nc >= 2:
+        nc -= 1
+    while size < nc * nt * threshold and nt % 128 == 0:
+        nt //= 2
+    nt = max(nt, 3 * 32)
+    if algorithm == "pat" or (algorithm == "tree" and v.tree_all_threads):
+        nt = full
+    return LaunchShape(nc, max(1, channels), nt, nc / max(1, channels))
 
 
 def model_channels(system: GpuSystem) -> int:

@@ -70,6 +70,9 @@ class NcclVersion:
     """Blackwell has its own rows (2.25 on); before, compute capability 100 takes Hopper's."""
     blackwell_ll128: bool = True
     """LL128 is enabled on Blackwell (2.25 on: ``case 100``); before, only on 70, 80 and 90."""
+    tree_all_threads: bool = True
+    """The tree runs every thread of its block whatever the size (2.22 on, src/enqueue.cc "Tree now uses all
+    threads always"); before, its threads were cut at small sizes as the ring's are."""
     split_bw: bool = False
     """2.31: the ring's busBw takes the graph's inter-node rate whenever there is more than one node (not only
     from 3 nodes), the tree's the lesser of both; latencies of one node take the intra-node figures."""
@@ -196,6 +199,12 @@ def _to_2_22(v: NcclVersion) -> dict[str, Any]:
     return out
 
 
+def _to_2_21(v: NcclVersion) -> dict[str, Any]:
+    # 2.22: the tree keeps all NCCL_MAX_NTHREADS threads at every size (src/enqueue.cc; 2.21 halved them below the
+    # thread threshold as for the ring).
+    return {"tree_all_threads": False}
+
+
 def _to_2_20(v: NcclVersion) -> dict[str, Any]:
     # 2.21: Hopper's llMaxBws {141, 45, 35} (2.20: Ampere's {87.7, 22.5, 19}); hwLat[NVLINK][NVLS/NVLSTree] 25
     # (2.19-2.20: 23); ring LL's busBw x 0.5 (2.20: x 1/4 for all-reduce, reduce and multi-node, else x 1/3).
@@ -220,7 +229,7 @@ def _to_2_18(v: NcclVersion) -> dict[str, Any]:
 
 
 _CHANGES = (("2.30", _to_2_30), ("2.29", _to_2_29), ("2.28", _to_2_28), ("2.27", _to_2_27), ("2.26", None),
-            ("2.25", None), ("2.24", _to_2_24), ("2.23", _to_2_23), ("2.22", _to_2_22), ("2.21", None),
+            ("2.25", None), ("2.24", _to_2_24), ("2.23", _to_2_23), ("2.22", _to_2_22), ("2.21", _to_2_21),
             ("2.20", _to_2_20), ("2.19", None), ("2.18", _to_2_18))
 """Each older release and the step from the one after it to it (None: nothing of the cost model changed)."""
 

@@ -157,9 +157,10 @@ def test_sweep_shows_nccl_and_the_ratio_to_it(capsys: pytest.CaptureFixture[str]
     out = json.loads(capsys.readouterr().out)
     rows = {r["algorithm"]: r for r in out["results"]}
     assert out["algorithms"] == ["nccl", "ring"] and rows["nccl"]["nccl"] == "ring/LL"
-    # both are NCCL's LL ring: 15.0 us (6.6 + 14 x 0.6), so the ring is 1.00x NCCL
+    # both are NCCL's LL ring: 15.0 us (6.6 + 14 x 0.6), so the ring is 1.00x NCCL (NCCL's 8 B run on one
+    # channel of 12, launch_shape: its 8 B move at 1/12 of the rate, 0.01% of the time)
     assert rows["nccl"]["time_s"] == pytest.approx(15.0e-6, rel=1e-3)
-    assert rows["ring"]["vs_nccl"] == pytest.approx(1.0, rel=1e-6)
+    assert rows["ring"]["vs_nccl"] == pytest.approx(1.0, rel=1e-3)
 
 
 LOG = """# nThread 1 nGpus 1 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
