@@ -83,7 +83,10 @@ overlaps the next steps' data rather than holding the port (the engine's ``in_fl
 blocking send). Taken for Simple only: on the 2-node H100 ring table (nccl-tests #309) it brings 256 MiB from
 +30% to +15% and the 2-node B200 all-gather's Simple sizes from +28/+22/+11% to within 8.4%; on LL128 it made
 the 2-node ring's 1-8 MiB, already 7-12% fast, 20-30% fast (LL and LL128 are priced by NCCL's per-step hwLat
-summed step after step). A user's own ``in_flight`` other than 1 is kept."""
+summed step after step). Not for the ring's broadcast and reduce chains: their first rank has every chunk ready,
+and the engine shares a port among the steps in flight where NCCL's slots go in order, so the chain's head would be
+slowed by the chunks behind it (4 GiB on 8 H100s: 16.0 ms, 12.6 with one step in flight, NCCL's model 11.9). A
+user's own ``in_flight`` other than 1 is kept."""
 
 
 def _registered(kind: Kind, name: str) -> bool:
@@ -103,17 +106,26 @@ def schedule_name(kind: Kind, algo: str) -> str | None:
     return fb if fb is not None and _registered(kind, fb) else None
 
 
+CHAIN_STAGES = 128
+"""At most this many chunks per chain in NCCL's ring broadcast and reduce (``nccl_ring``): 2 (p - 1) / 128 of the run
+at most is the pipeline's fill and drain, where NCCL's own chunks are as many as the size needs."""
+
+
+def protocol_step(protocol: str) -> int:
+    """Data bytes of one step of ``protocol``'s buffer per channel: Simple's 512 KiB (``TREE_CHUNK``), LL's 64 KiB
+    of 8-byte lines with half of it data, LL128's 614,400 bytes with 15 of every 16 elements data."""
+    return {"LL": LL_STEP // 2, "LL128": LL128_STEP // 16 * 15}.get(protocol, TREE_CHUNK)
+
+
 def tree_chunk(protocol: str, size: float, nodes: int, ranks: int, channels: int) -> int:
     """Bytes of NCCL's tree chunk for one call of ``size`` bytes (src/enqueue.cc, the chunk size of a collective):
     one step of the protocol's buffer per channel (``TREE_CHUNK`` for Simple; LL's 64 KiB step of 8-byte lines,
     half of it data; LL128's step of 120 of every 128 bytes), LL128's halved while a channel would get fewer
     than 64 (then 16) chunks per ``1 + log2(nodes) + ppn / 10`` steps over ``ppn`` GPUs per node, down to 128
     (then 32) KiB."""
-    if protocol == "LL":
-        return LL_STEP // 2
+    chunk = protocol_step(protocol)
     if protocol != "LL128":
-        return TREE_CHUNK
-    chunk = LL128_STEP // 16 * 15
+        return chunk
     ppn = ranks / nodes
     steps = 1 + int(math.log2(nodes)) + 0.1 * ppn
     while size // (channels * chunk) < steps * 64 / ppn and chunk > 131072:
@@ -179,6 +191,11 @@ def _params(kind: Kind, name: str, topology: Topology, size: float, protocol: st
         chunk = tree_chunk(protocol, size, nodes, topology.ranks, model_channels(system))
         per_tree = size / (2 * int(out.get("channels", 1) or gpn))
         out["chunks"] = max(1, min(TREE_STAGES, math.ceil(per_tree / chunk)))
+    if "chunks" in known and name == "nccl_ring" and kind in (Kind.BROADCAST, Kind.REDUCE) and system is not None:
+        # NCCL's broadcast and reduce are chains along the ring that forward each channel's share a protocol step at
+        # a time (src/device/broadcast.h, reduce.h; BROADCAST/REDUCE_CHUNKSTEPS 1): as many chunks per chain.
+        step = protocol_step(protocol)
+        out["chunks"] = max(1, min(CHAIN_STAGES, math.ceil(size / (model_channels(system) * step))))
     if "chunks" in known and name == "nvls_tree" and system is not None and topology.ranks > STAGE_SEARCH_RANKS:
         out["chunks"] = nvls_tree_stages(size, topology.ranks // gpn, system.arch.nvls_channels(gpn), gpn,
                                          topology.ranks)
@@ -254,7 +271,8 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
         if name is not None:
             model = protocol_model(simulated, kind, topology, pick.version, size)
             opts = options if options.launch is not None else options.replace(launch=model.launch)
-            if name == "nccl_ring" and simulated.protocol == "Simple" and opts.in_flight == 1:
+            if (name == "nccl_ring" and simulated.protocol == "Simple" and opts.in_flight == 1
+                    and kind not in (Kind.BROADCAST, Kind.REDUCE)):
                 opts = opts.replace(in_flight=SIMPLE_IN_FLIGHT)
             modes = PIPELINE_MODES.get(name, (opts.mode,))
             try:
@@ -262,7 +280,8 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
                 result = min((simulate(build(kind, name, topology, size, root, chunks=k,
                                              protocol=simulated.protocol), linked, size,
                                        opts if mode == opts.mode else opts.replace(mode=mode))
-                              for k in _stage_counts(kind, name, topology, size) for mode in modes),
+                              for k in _stage_counts(kind, name, topology, size, simulated.protocol)
+                              for mode in modes),
                              key=lambda r: float(r.time))
                 if modes != (opts.mode,):
                     kept = "s, the faster kept" if len(modes) > 1 else ""
@@ -311,10 +330,24 @@ def compare(run: NcclRun, kind: Kind | str, topology: Topology, size: float) -> 
     if run.simulated.algorithm != pick.algorithm or run.simulated.protocol != pick.protocol:
         why.append(f"the simulation runs {run.simulated.algorithm}/{run.simulated.protocol}, not NCCL's "
                    f"{pick.algorithm}/{pick.protocol} (its model of that pair: {run.simulated.time_s * 1e6:.1f} us)")
-    if shape.channels < shape.of and run.simulated.algorithm == pick.algorithm:
+    same = run.simulated.algorithm == pick.algorithm and run.simulated.protocol == pick.protocol
+    gap = run.time - pick.time_s
+    extra = bw_term * (shape.of / shape.channels - 1)  # what the channels left idle cost
+    if same and shape.channels < shape.of and extra > AGREEMENT * pick.time_s:
         why.append(f"NCCL launches {shape.channels} of its {shape.of} channels at this size (src/enqueue.cc: "
                    "under its per-thread threshold it drops channels), which its model prices at all of them: the "
-                   f"simulation moves the data at {shape.channels}/{shape.of} of {pick.protocol}'s rate")
+                   f"simulation moves the data at {shape.channels}/{shape.of} of {pick.protocol}'s rate "
+                   f"(+{extra * 1e6:.1f} us of the +{gap * 1e6:.1f} us)")
+        if extra >= 0.5 * gap:
+            return out
+    k = Kind(kind)
+    if same and pick.algorithm == "ring" and k in (Kind.BROADCAST, Kind.REDUCE):
+        chunks = int(_params(k, run.schedule, topology, size, pick.protocol).get("chunks", 1))
+        p = topology.ranks
+        why.append(f"NCCL's model of its ring {k.value} charges one step's latency and the size over its bandwidth; "
+                   f"the chain it runs forwards {chunks} chunk(s) of a {pick.protocol} step per channel through "
+                   f"{p} ranks (src/device/{'broadcast' if k is Kind.BROADCAST else 'reduce'}.h): {p - 1} hops' "
+                   f"latency and {(p + chunks - 2) / chunks:.2f}x the streaming time to fill and drain the pipeline")
         return out
     sim_bw = size / max(run.time - run.model.launch, 1e-12) / 1e9
     if bw_term >= latency:
@@ -363,16 +396,22 @@ STAGE_SEARCH_RANKS = 64
 """Up to this many ranks the NVLS schedules' stage count is searched (``_stage_counts``); above, the 128 KiB rule."""
 
 
-def _stage_counts(kind: Kind, name: str, topology: Topology, size: float) -> list[int | None]:
+def _stage_counts(kind: Kind, name: str, topology: Topology, size: float,
+                  protocol: str = "Simple") -> list[int | None]:
     """The ``chunks`` values to simulate for ``name``: None (``_params``' own) except for the NVLS schedules on
-    up to ``STAGE_SEARCH_RANKS`` ranks. NCCL's NVLS kernel keeps many 128 KiB chunks in flight over its channels,
-    so a chunk's switch latency hides behind the others'; the schedule expresses that pipeline as ``chunks``
-    stages that each pay the switch-op latency, so the run takes the fastest of the powers of two up to the 128 KiB
-    rule's count (what a tuned pipeline depth would be: few stages where latency dominates, many where bandwidth
-    does)."""
-    if name not in ("nvls", "nvls_tree") or topology.ranks > STAGE_SEARCH_RANKS:
+    up to ``STAGE_SEARCH_RANKS`` ranks and the ring's broadcast and reduce chains. NCCL's NVLS kernel keeps many
+    128 KiB chunks in flight over its channels, so a chunk's switch latency hides behind the others'; the schedule
+    expresses that pipeline as ``chunks`` stages that each pay the switch-op latency, so the run takes the fastest
+    of the powers of two up to the 128 KiB rule's count (what a tuned pipeline depth would be: few stages where
+    latency dominates, many where bandwidth does). The chains likewise: every chunk of the schedule pays each hop's
+    latency, where NCCL forwards LL and LL128 line by line as they land (cut through; up to ``CHAIN_STAGES``) and
+    Simple a step of its buffer at a time (``_params``' count)."""
+    chain = name == "nccl_ring" and kind in (Kind.BROADCAST, Kind.REDUCE)
+    if not chain and (name not in ("nvls", "nvls_tree") or topology.ranks > STAGE_SEARCH_RANKS):
         return [None]
-    most = int(_params(kind, name, topology, size).get("chunks", 1))
+    most = int(_params(kind, name, topology, size, protocol).get("chunks", 1))
+    if chain and protocol != "Simple":
+        most = CHAIN_STAGES
     counts: list[int | None] = [1 << i for i in range(most.bit_length()) if 1 << i <= most]
     return [*counts, most] if counts[-1] != most else counts
 

@@ -91,3 +91,24 @@ def test_the_simple_ring_keeps_nccl_steps_in_flight() -> None:
         run = simulate_nccl(Kind.ALLREDUCE, t, size, algo="ring")
         assert run.nccl.protocol == "Simple"
         assert run.time == pytest.approx(measured[size], rel=0.16), size
+
+
+@pytest.mark.parametrize("kind", [Kind.BROADCAST, Kind.REDUCE])
+def test_the_ring_broadcast_and_reduce_are_pipelined_chains(kind: Kind) -> None:
+    # NCCL's ring broadcast / reduce (src/device/broadcast.h, reduce.h) forward each channel's share one Simple step
+    # (512 KiB) at a time: 4 GiB over NCCL's 16 channels is 512 chunks a chain, capped here at 128. By hand, on 8
+    # H100s: (p - 1 + k - 1) steps of 4 GiB / k at NVLink's rate, each with hwLat[NVLINK][Ring][Simple] = 3.4 us
+    # (tuning.cc) across its two links, after baseLat 8.4 us. One chunk (the run before) took 7 x 4 GiB / rate.
+    t = from_spec("dgx-h100:1")
+    size = 4 << 30
+    run = simulate_nccl(kind, t, size)
+    assert (run.nccl.algorithm, run.nccl.protocol) == ("ring", "Simple")
+    rate = min(float(a["bandwidth"]) for u, v, a in t.graph.edges(data=True) if a.get("medium") == "nvlink")
+    p, k = 8, 128
+    by_hand = 8.4e-6 + (p + k - 2) * (size / k / rate + 3.4e-6)
+    assert run.time == pytest.approx(by_hand, rel=0.02)
+    why = compare(run, kind, t, size)
+    assert why["ratio"] < 1.1  # NCCL's model: 4 GiB / 360 GB/s; the chain's fill adds (p - 2) / k
+    small = simulate_nccl(kind, t, 16 << 20)
+    text = compare(small, kind, t, 16 << 20)["why"]
+    assert text and "chain it runs forwards" in text[0]
