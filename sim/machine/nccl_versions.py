@@ -253,7 +253,8 @@ DEFAULT_VERSION = "2.30"
 def parse_version(text: str) -> str | None:
     """``MAJOR.MINOR`` of a version as nccl-tests or a table prints it (``2.26.2+cuda12.8``, ``NCCL version
     2.25.1``, ``22702``), or None when the text holds none."""
-    m = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", text)
+    # The first MAJOR.MINOR with a one-digit major (NCCL is 2.x): a container tag such as pytorch:24.04 is not one.
+    m = re.search(r"(?<![\d.])(\d)\.(\d+)(?:\.\d+)?", text)
     if m:
         return f"{int(m.group(1))}.{int(m.group(2))}"
     m = re.fullmatch(r"\s*(\d)(\d{2})(\d{2})\s*", text)  # nccl-tests' nccl-library=22702 (NCCL_VERSION_CODE)

@@ -48,7 +48,8 @@ class Table:
         log's ``NCCL version`` line), or None where it names none (``not printed``)."""
         from sim.machine.nccl_versions import parse_version
 
-        return parse_version(self.header.get("nccl_version", ""))
+        text = self.header.get("nccl_version", "")
+        return None if text.strip().lower().startswith("not printed") else parse_version(text)
 
     @property
     def forced_algo(self) -> str | None:

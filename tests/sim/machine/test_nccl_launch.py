@@ -112,3 +112,11 @@ def test_the_ring_broadcast_and_reduce_are_pipelined_chains(kind: Kind) -> None:
     small = simulate_nccl(kind, t, 16 << 20)
     text = compare(small, kind, t, 16 << 20)["why"]
     assert text and "chain it runs forwards" in text[0]
+
+
+def test_a_table_that_prints_no_version_takes_the_default() -> None:
+    # the GCP A3 Mega header names a container tag (pytorch:24.04-py3) beside "not printed"
+    table = load_table(PUBLISHED / "h100_2x8_allgather_dstack_a3mega.tsv")
+    assert table.header["nccl_version"].startswith("not printed") and "24.04" in table.header["nccl_version"]
+    assert table.nccl_version is None
+    assert load_table(PUBLISHED / "h100_2x8_allreduce_nccltests309_default.tsv").nccl_version == "2.26"

@@ -24,6 +24,12 @@ def test_versions_parse_and_refuse() -> None:
     assert parse_version("NCCL version 2.25.1") == "2.25"
     assert parse_version("22702") == "2.27"  # nccl-tests' nccl-library= field
     assert parse_version("not printed") is None
+    # a container tag is not NCCL's version (the GCP A3 Mega table's header: "not printed (image
+    # nvcr.io/nvidia/pytorch:24.04-py3 ...)" read as NCCL 24.4, which took the newest model)
+    assert parse_version("image nvcr.io/nvidia/pytorch:24.04-py3 with the TCPXO NCCL") is None
+    assert parse_version("cuda12.8, NCCL 2.21.5") == "2.21"
+    with pytest.raises(ValueError, match=r"MAJOR\.MINOR"):
+        version("24.04")
     assert version().name == DEFAULT_VERSION == "2.30" and next(iter(KNOWN)) == "2.31"
     assert set(KNOWN) == {f"2.{m}" for m in range(18, 32)}
     with pytest.raises(ValueError, match=r"2\.18"):
