@@ -12,7 +12,7 @@ from typing import Any
 from algorithms import formats as fileformat
 from algorithms import registry
 from algorithms.errors import UsageError
-from algorithms.ir import Kind, Schedule
+from algorithms.ir import ROOTED_KINDS, Collective, Kind, Schedule
 from sim.cli.common import (
     add_common_args,
     add_matrix_arg,
@@ -95,14 +95,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     p = topo.ranks
     wanted = None if args.algorithms is None else [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    nccl_named = wanted is not None and "nccl" in wanted  # -a nccl's own row, as simulate -a nccl
+    if wanted is not None:
+        wanted = [a for a in wanted if a != "nccl"]
     schedules: list[tuple[str, Schedule]] = []
     warnings: list[str] = []
     files = _file_schedules(args.files, Kind(args.collective), p)
-    candidates = [registry.get(args.collective, a) for a in wanted] if wanted else list(
+    candidates = [registry.get(args.collective, a) for a in wanted] if wanted else [] if nccl_named else list(
         registry.algorithms(args.collective))
     from sim.cli.runtime import runtime_of
 
     with_nccl = runtime_of(args, topo) == "nccl" and _nccl_model(topo)
+    if nccl_named and not with_nccl:
+        raise UsageError(f"--algorithms nccl: NCCL's model needs a GPU preset and the nccl runtime, not "
+                         f"{topo.name}")
     for alg in candidates:
         params = _params(args, topo, alg)
         reason = alg.unsupported(p, params)
@@ -117,16 +123,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         failure = cost_failure(alg, p, max(sizes), alg.resolve(params))
         if failure is not None:  # reported, not skipped: the simulation does not need the closed form
             warnings.append(f"{failure}; simulated all the same")
-    if not wanted:
+    if not wanted and not nccl_named:
         schedules += _in_network(args, topo)
     schedules += files
-    if not schedules:
+    if not schedules and not with_nccl:
         raise UsageError(f"no {args.collective} algorithm serves {p} ranks")
     rows: list[dict[str, Any]] = []
     all_ok = True
 
-    root = schedules[0][1].collective.root
-    unit = bound_for(Kind(args.collective), root, topo, 1.0, opts.faults, schedules[0][1].collective) \
+    if schedules:
+        collective = schedules[0][1].collective
+    else:  # NCCL's row alone
+        kind = Kind(args.collective)
+        collective = Collective(kind, p, 1, (args.root or 0) if kind in ROOTED_KINDS else None)
+    unit = bound_for(collective.kind, collective.root, topo, 1.0, opts.faults, collective) \
         if want_bound(args, p) \
         else None  # cuts once, scaled per size
     with bar(len(sizes) * len(schedules), unit="run", enabled=not args.no_progress) as progress:

@@ -253,6 +253,8 @@ def simulate_nccl(kind: Kind | str, topology: Topology, size: float, *, algo: st
     from sim.engine.reference import simulate
 
     options = EngineOptions.of(options if options is not None else EngineOptions(launch=None), **engine)
+    if root is not None and not 0 <= root < topology.ranks:
+        raise ValueError(f"root {root}: not a rank of {topology.name} (0 to {topology.ranks - 1})")
     if str(getattr(kind, "value", kind)) in P2P_KINDS:
         from sim.machine.nccl_p2p import simulate_p2p
 

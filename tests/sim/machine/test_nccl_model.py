@@ -203,3 +203,20 @@ def test_the_parsers_runtimes_are_the_models() -> None:
 def test_kinds_outside_the_model_are_refused() -> None:
     with pytest.raises(ValueError, match="not alltoall"):
         choose("alltoall", from_spec("dgx-h100:1"), 1024)
+
+
+def test_sweep_takes_nccl_by_name_and_simulate_refuses_a_root_out_of_range(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # --algorithms nccl alone: NCCL's row only (its pick, by hand: ring/LL up to 1 MiB on one node)
+    assert cli_main(["sweep", "-c", "broadcast", "-t", "dgx-h100:1", "--sizes", "1KiB", "--algorithms", "nccl",
+                     "--bound", "no", "--no-progress", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["algorithms"] == ["nccl"] and out["results"][0]["nccl"] == "ring/LL"
+    # not on a machine without NCCL's model
+    assert cli_main(["sweep", "-c", "broadcast", "-t", "ring:8", "--sizes", "1KiB", "--algorithms", "nccl",
+                     "--no-progress"]) == 2
+    assert "GPU preset" in capsys.readouterr().err
+    # a root that is not a rank is named, not lost among the fallbacks
+    assert cli_main(["simulate", "-c", "broadcast", "-a", "nccl", "-t", "dgx-h100:1", "-s", "1MiB",
+                     "--root", "9"]) == 2
+    assert "root 9: not a rank of dgx-h100:1 (0 to 7)" in capsys.readouterr().err
