@@ -211,7 +211,7 @@ def protocol_model(choice: NcclChoice, kind: Kind, topology: Topology,
     """The engine's view of ``choice``: the release's latencies (base at launch, ``hwLat`` per step, half per
     hop; across nodes the network's reported latency too, twice for Simple, and the proxy's post overhead as the
     least a multi-node ring's NVLink step costs), times a fitted machine's factor, and the protocol's bandwidth
-    relative to Simple's on every link; given ``size``, times the share of its channels and threads NCCL
+    relative to Simple's on every link; given ``size``, times the share of its channels NCCL
     launches at that size (``launch_shape``)."""
     system = system_of(topology)
     gpn = node_size(topology)
