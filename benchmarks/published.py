@@ -142,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print("# left out (the table's own # preset_fit / # note line):")
         print("\n".join(skipped))
+    harness = [f"{t.path.stem} (-g {t.gpus_per_thread}: +{t.host_overhead_s * 1e6:.1f} us)" for t in tables
+               if t.gpus_per_thread > 1]
+    if harness:
+        print("# one thread launching several GPUs, its host launches added to every call "
+              "(sim.machine.published.HOST_LAUNCH_PER_GPU): " + ", ".join(harness))
     if args.fit:
         from fit_pairs import run_pairs  # benchmarks/fit_pairs.py
 

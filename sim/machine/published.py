@@ -7,7 +7,8 @@ header row
 ``score`` simulates NCCL's pick for every row on the table's preset (``sim.machine.nccl.simulate_nccl``; a
 table whose ``nccl_algo`` forces an algorithm, e.g. ``Ring (NCCL_ALGO=Ring)``, forces it here too) and
 gives the relative errors, their median and 90th percentile, and the median ratio simulated / measured per
-regime (<= 64 KiB, between, >= 64 MiB). Rows where NCCL runs an in-switch reduction (NVLS, NVLSTree) are
+regime (<= 64 KiB, between, >= 64 MiB); a table run with ``-g N`` (one thread launching N GPUs) has the host's
+launch cost for the N - 1 GPUs beyond the first added to every call (``HOST_LAUNCH_PER_GPU``). Rows where NCCL runs an in-switch reduction (NVLS, NVLSTree) are
 scored apart (``nvls_rows``), whether simulated with the in-switch schedules or, where those are not
 registered, with the best other pair.
 """
@@ -23,9 +24,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["REGIMES", "Table", "TableScore", "from_nccl_tests", "load_table", "score", "skip_reason", "tables_in"]
+__all__ = ["HOST_LAUNCH_PER_GPU", "REGIMES", "Table", "TableScore", "from_nccl_tests", "load_table", "score",
+           "skip_reason", "tables_in"]
 
 REGIMES = (("<=64KiB", 0, 64 << 10), ("between", (64 << 10) + 1, (64 << 20) - 1), (">=64MiB", 64 << 20, math.inf))
+HOST_LAUNCH_PER_GPU = 2.55e-6
+"""Seconds a call costs on the host for each GPU a thread drives beyond its first (nccl-tests ``-g N``: one thread
+launches the call on N GPUs in one group, src/common.cu; NCCL's maintainers put the higher latency of ``-g 8``
+down to CUDA's single-process launch overheads, nccl-tests issue #333). The figure is the slope, through the
+origin, of nccl-tests issue #123's DGX-A100 curve (``NCCL_ALGO=Ring NCCL_MAX_NCHANNELS=1 all_reduce_perf -b 8 -e
+128 -g N``: 10.0, 13.76, 16.88, 20.8, 25.2, 29.5, 33.7 us for N = 2 to 8) above NCCL's LL ring model of the same
+calls (6.6 + 2 (N - 1) x 0.6 us): 2.2 to 18.7 us, 2.55 us per GPU beyond the first. It is added to every call of
+a table that ran with ``-g`` above 1 (``Table.gpus_per_thread``); MPI's one GPU a process adds none."""
 
 
 @dataclass
@@ -50,6 +60,20 @@ class Table:
 
         text = self.header.get("nccl_version", "")
         return None if text.strip().lower().startswith("not printed") else parse_version(text)
+
+    @property
+    def gpus_per_thread(self) -> int:
+        """GPUs each nccl-tests thread drives (``-g``): the log's ``nGpus`` header value, else the ``-g N`` of the
+        table's ``command`` line; 1 where neither says."""
+        if "nGpus" in self.header:
+            return max(1, int(float(self.header["nGpus"])))
+        m = re.search(r"(?:^|\s)-g\s*(\d+)\b", self.header.get("command", ""))
+        return max(1, int(m.group(1))) if m else 1
+
+    @property
+    def host_overhead_s(self) -> float:
+        """The host's cost per call of the harness the table ran under (``HOST_LAUNCH_PER_GPU``)."""
+        return HOST_LAUNCH_PER_GPU * (self.gpus_per_thread - 1)
 
     @property
     def forced_algo(self) -> str | None:
@@ -163,7 +187,7 @@ def score(table: Table, topology: Any = None, *, algo: str | None = None, **engi
     out = TableScore(table)
     for size, measured in table.rows:
         run = simulate_nccl(table.collective, topo, size, algo=algo, **engine)
-        t = run.time
+        t = run.time + table.host_overhead_s
         out.rows.append({"size": size, "measured_s": measured, "simulated_s": t, "error": (t - measured) / measured,
                          "nccl": f"{run.nccl.algorithm}/{run.nccl.protocol}",
                          "simulated": f"{run.simulated.algorithm}/{run.simulated.protocol}",

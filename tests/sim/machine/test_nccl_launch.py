@@ -120,3 +120,31 @@ def test_a_table_that_prints_no_version_takes_the_default() -> None:
     assert table.header["nccl_version"].startswith("not printed") and "24.04" in table.header["nccl_version"]
     assert table.nccl_version is None
     assert load_table(PUBLISHED / "h100_2x8_allreduce_nccltests309_default.tsv").nccl_version == "2.26"
+
+
+def test_one_thread_launching_eight_gpus_pays_its_host_launches(tmp_path: Path) -> None:
+    # HOST_LAUNCH_PER_GPU comes from nccl-tests #123 (DGX-A100, -g 2..8); checked here on two other sources that
+    # ran -g 8. stas00/ml-engineering's A100 node, 32 KiB all-reduce: 43.83 us measured; NCCL's ring/LL on one of
+    # 12 channels simulates 22.8 us, and 7 x 2.55 = 17.9 us of launches make 40.6 (-7%; -48% without).
+    from sim.machine.published import HOST_LAUNCH_PER_GPU, from_nccl_tests, score
+
+    a100 = load_table(PUBLISHED / "a100_1x8_allreduce_mlengineering.tsv")
+    assert a100.gpus_per_thread == 8 and a100.host_overhead_s == pytest.approx(7 * HOST_LAUNCH_PER_GPU)
+    row = next(r for r in score(a100).rows if r["size"] == 32 << 10)
+    assert row["measured_s"] == pytest.approx(43.83e-6)
+    assert abs(row["error"]) < 0.10
+    # GCP A4's B200 node (-g 8), 8 and 16 MiB: within 17% (-38%, -27% without)
+    b200 = score(load_table(PUBLISHED / "b200_1x8_allreduce_gputpupedia_gcpa4.tsv"))
+    assert all(abs(r["error"]) < 0.17 for r in b200.rows if r["size"] <= 16 << 20)
+    # one GPU a process (MPI, -g 1) adds nothing
+    assert load_table(PUBLISHED / "h100_1x8_allreduce_dgxc.tsv").host_overhead_s == 0
+    # a log says it in its header
+    log = tmp_path / "g8.log"
+    log.write_text("# Collective test starting: all_reduce_perf\n"
+                   "# nThread 1 nGpus 8 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n"
+                   "#       size         count      type   redop    root     time   algbw   busbw #wrong     time"
+                   "   algbw   busbw #wrong\n"
+                   "           8             2     float     sum      -1    35.00    0.00    0.00      0    35.00"
+                   "    0.00    0.00      0\n")
+    table = from_nccl_tests(log)
+    assert table.collective == "allreduce" and table.gpus_per_thread == 8
