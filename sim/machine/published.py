@@ -8,9 +8,9 @@ header row
 table whose ``nccl_algo`` forces an algorithm, e.g. ``Ring (NCCL_ALGO=Ring)``, forces it here too) and
 gives the relative errors, their median and 90th percentile, and the median ratio simulated / measured per
 regime (<= 64 KiB, between, >= 64 MiB); a table run with ``-g N`` (one thread launching N GPUs) has the host's
-launch cost for the N - 1 GPUs beyond the first added to every call (``HOST_LAUNCH_PER_GPU``). Rows where NCCL runs an in-switch reduction (NVLS, NVLSTree) are
-scored apart (``nvls_rows``), whether simulated with the in-switch schedules or, where those are not
-registered, with the best other pair.
+launch cost for the N - 1 GPUs beyond the first added to every call (``HOST_LAUNCH_PER_GPU``). Rows where
+NCCL runs an in-switch reduction (NVLS, NVLSTree) are scored apart (``nvls_rows``), whether simulated with the
+in-switch schedules or, where those are not registered, with the best other pair.
 """
 
 from __future__ import annotations
